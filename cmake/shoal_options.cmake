@@ -1,0 +1,18 @@
+# Build options shared by every target of the project.
+option(SHOAL_WERROR "Treat warnings as errors" OFF)
+option(SHOAL_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)
+option(SHOAL_BUILD_TESTS "Build the GoogleTest suites" ON)
+
+# Never -march=native: binaries must also run inside the Soft-RoCE qemu guest, whose CPU model
+# stops at AVX2 (AVX-512 code dies there with SIGILL).
+add_compile_options(-Wall -Wextra -Wno-missing-field-initializers)
+if(SHOAL_WERROR)
+  add_compile_options(-Werror)
+endif()
+
+if(SHOAL_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+  # core/fiber.cc tells ASan about every stack switch when this is defined.
+  add_compile_definitions(SHOAL_ASAN=1)
+endif()

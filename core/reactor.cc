@@ -1,0 +1,409 @@
+#include "core/reactor.hh"
+
+#include "core/log.hh"
+#include "core/timer.hh"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace shoal {
+
+namespace {
+thread_local reactor* tl_reactor = nullptr;
+thread_local lowres_clock::time_point tl_lowres_now{};
+logger reactor_log("reactor");
+
+/// Flags tried in order until the kernel accepts one set: completions are only run when the
+/// shard enters the kernel (no interrupts of the reactor thread), and only one thread submits.
+const unsigned ring_flag_sets[] = {
+    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG |
+        IORING_SETUP_SUBMIT_ALL,
+    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+    0,
+};
+} // namespace
+
+reactor& local_reactor() noexcept {
+    return *tl_reactor;
+}
+
+void internal::set_local_reactor(reactor* r) noexcept {
+    tl_reactor = r;
+    lowres_clock::refresh();
+}
+
+lowres_clock::time_point lowres_clock::now() noexcept {
+    if (!tl_reactor) {
+        return from_steady(steady_clock_type::now());
+    }
+    return tl_lowres_now;
+}
+
+void lowres_clock::refresh() noexcept {
+    tl_lowres_now = from_steady(steady_clock_type::now());
+}
+
+void schedule(task* t) noexcept {
+    tl_reactor->add_task(t);
+}
+
+/// Keeps one read of the wake-up eventfd in the ring; its completion ends a sleep.
+class reactor::wakeup_reader final : public io_completion {
+public:
+    explicit wakeup_reader(reactor& r)
+        : _r(r) {}
+    void arm() {
+        io_uring_sqe* sqe = _r.get_sqe();
+        io_uring_prep_read(sqe, _r._wake_fd, &_value, sizeof(_value), 0);
+        io_uring_sqe_set_data(sqe, static_cast<io_completion*>(this));
+        _pending = true;
+    }
+    void complete(int result, uint32_t) noexcept override {
+        _pending = false;
+        if (result == -ECANCELED || _r._stopping) {
+            return;
+        }
+        try {
+            arm();
+        } catch (...) {
+            reactor_log.error("cannot re-arm the wake-up read: {}", std::current_exception());
+        }
+    }
+    bool pending() const noexcept { return _pending; }
+
+private:
+    reactor& _r;
+    uint64_t _value = 0;
+    bool _pending = false;
+};
+
+reactor::reactor(unsigned shard_id, const reactor_config& cfg)
+    : _shard_id(shard_id)
+    , _cfg(cfg) {
+    int rc = -EINVAL;
+    for (unsigned flags : ring_flag_sets) {
+        io_uring_params p{};
+        p.flags = flags | IORING_SETUP_CQSIZE;
+        p.cq_entries = _cfg.ring_entries * 4;
+        rc = io_uring_queue_init_params(_cfg.ring_entries, &_ring, &p);
+        if (rc != -EINVAL) {
+            break;
+        }
+    }
+    if (rc < 0) {
+        throw std::system_error(-rc, std::system_category(), "io_uring_queue_init");
+    }
+    // Blocking on purpose: io_uring waits on it instead of failing the read with EAGAIN.
+    _wake_fd = ::eventfd(0, EFD_CLOEXEC);
+    if (_wake_fd < 0) {
+        int e = errno;
+        io_uring_queue_exit(&_ring);
+        throw std::system_error(e, std::system_category(), "eventfd");
+    }
+    _wakeup = new wakeup_reader(*this);
+}
+
+reactor::~reactor() {
+    if (_wakeup && !_wakeup->pending()) {
+        delete _wakeup;
+    } else if (_wakeup) {
+        reactor_log.warn("wake-up read still in flight at teardown");
+    }
+    io_uring_queue_exit(&_ring);
+    ::close(_wake_fd);
+}
+
+io_uring_sqe* reactor::get_sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&_ring);
+    if (!sqe) {
+        submit_pending();
+        sqe = io_uring_get_sqe(&_ring);
+        if (!sqe) {
+            throw std::runtime_error("io_uring submission queue full");
+        }
+    }
+    return sqe;
+}
+
+bool reactor::submit_pending() {
+    unsigned ready = io_uring_sq_ready(&_ring);
+    if (ready == 0) {
+        return false;
+    }
+    int rc = io_uring_submit(&_ring);
+    ++_stats.io_enter_calls;
+    if (rc < 0) {
+        if (rc != -EAGAIN && rc != -EBUSY && rc != -EINTR) {
+            reactor_log.error("io_uring_submit failed: {}", std::strerror(-rc));
+        }
+        return false;
+    }
+    _stats.io_submitted += unsigned(rc);
+    _io_in_flight += unsigned(rc);
+    return rc > 0;
+}
+
+bool reactor::reap_completions() {
+    // With COOP_TASKRUN the kernel posts completions only when this thread enters it; the
+    // TASKRUN flag says some are waiting.
+    if (IO_URING_READ_ONCE(*_ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) {
+        io_uring_get_events(&_ring);
+        ++_stats.io_enter_calls;
+    }
+    unsigned head;
+    unsigned n = 0;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&_ring, head, cqe) {
+        ++n;
+        auto* c = static_cast<io_completion*>(io_uring_cqe_get_data(cqe));
+        int res = cqe->res;
+        uint32_t flags = cqe->flags;
+        if (!(flags & IORING_CQE_F_MORE)) {
+            --_io_in_flight;
+        }
+        if (c) {
+            c->complete(res, flags);
+        }
+    }
+    if (n) {
+        io_uring_cq_advance(&_ring, n);
+        _stats.io_completed += n;
+    }
+    return n > 0;
+}
+
+void reactor::register_poller(poller* p) {
+    _pollers.push_back(p);
+}
+
+void reactor::unregister_poller(poller* p) {
+    _pollers.erase(std::remove(_pollers.begin(), _pollers.end(), p), _pollers.end());
+}
+
+// --- timers: a binary min-heap on expiry, each timer knows its index for O(log n) removal.
+
+void reactor::add_timer(timer_base* t) {
+    t->_heap_index = _timers.size();
+    _timers.push_back(t);
+    size_t i = t->_heap_index;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!(_timers[i]->_expiry < _timers[parent]->_expiry)) {
+            break;
+        }
+        std::swap(_timers[i], _timers[parent]);
+        _timers[i]->_heap_index = i;
+        _timers[parent]->_heap_index = parent;
+        i = parent;
+    }
+}
+
+void reactor::del_timer(timer_base* t) noexcept {
+    size_t i = t->_heap_index;
+    if (i >= _timers.size() || _timers[i] != t) {
+        return;
+    }
+    t->_heap_index = SIZE_MAX;
+    timer_base* last = _timers.back();
+    _timers.pop_back();
+    if (i == _timers.size()) {
+        return;
+    }
+    _timers[i] = last;
+    last->_heap_index = i;
+    // Restore the heap: sift up, then down.
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!(_timers[i]->_expiry < _timers[parent]->_expiry)) {
+            break;
+        }
+        std::swap(_timers[i], _timers[parent]);
+        _timers[i]->_heap_index = i;
+        _timers[parent]->_heap_index = parent;
+        i = parent;
+    }
+    for (;;) {
+        size_t l = 2 * i + 1;
+        size_t r = l + 1;
+        size_t m = i;
+        if (l < _timers.size() && _timers[l]->_expiry < _timers[m]->_expiry) {
+            m = l;
+        }
+        if (r < _timers.size() && _timers[r]->_expiry < _timers[m]->_expiry) {
+            m = r;
+        }
+        if (m == i) {
+            break;
+        }
+        std::swap(_timers[i], _timers[m]);
+        _timers[i]->_heap_index = i;
+        _timers[m]->_heap_index = m;
+        i = m;
+    }
+}
+
+bool reactor::fire_timers() {
+    if (_timers.empty()) {
+        return false;
+    }
+    auto now = lowres_clock::to_steady(lowres_clock::now());
+    bool fired = false;
+    while (!_timers.empty() && _timers.front()->_expiry <= now) {
+        timer_base* t = _timers.front();
+        del_timer(t);
+        ++_stats.timers_fired;
+        t->expire();
+        fired = true;
+    }
+    return fired;
+}
+
+// --- the loop
+
+void reactor::run_tasks(unsigned quota) {
+    while (quota-- && !_tasks.empty()) {
+        task* t = _tasks.pop_front();
+        ++_stats.tasks_run;
+        t->run_and_dispose();
+    }
+}
+
+bool reactor::poll_once() {
+    lowres_clock::refresh();
+    bool work = false;
+    work |= submit_pending();
+    work |= reap_completions();
+    for (poller* p : _pollers) {
+        work |= p->poll();
+    }
+    work |= fire_timers();
+    return work;
+}
+
+void reactor::sleep() {
+    size_t armed = 0;
+    bool abort = false;
+    for (; armed < _pollers.size(); ++armed) {
+        if (!_pollers[armed]->try_arm()) {
+            abort = true;
+            break;
+        }
+    }
+    if (!abort) {
+        if (!_wakeup->pending()) {
+            _wakeup->arm();
+        }
+        _sleeping.store(true, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        abort = _pending_work_check && _pending_work_check();
+    }
+    if (abort) {
+        ++_stats.aborted_sleeps;
+    } else {
+        __kernel_timespec ts{};
+        __kernel_timespec* tsp = nullptr;
+        if (!_timers.empty()) {
+            auto delta = _timers.front()->_expiry - steady_clock_type::now();
+            auto ns =
+                std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(delta).count());
+            ts.tv_sec = ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            tsp = &ts;
+        }
+        ++_stats.sleeps;
+        unsigned to_submit = io_uring_sq_ready(&_ring);
+        io_uring_cqe* cqe = nullptr;
+        int rc = io_uring_submit_and_wait_timeout(&_ring, &cqe, 1, tsp, nullptr);
+        ++_stats.io_enter_calls;
+        // Submission happens even when the wait times out (-ETIME): count what left the queue.
+        unsigned submitted = to_submit - io_uring_sq_ready(&_ring);
+        _stats.io_submitted += submitted;
+        _io_in_flight += submitted;
+        if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+            reactor_log.error("io_uring wait failed: {}", std::strerror(-rc));
+        }
+    }
+    _sleeping.store(false, std::memory_order_relaxed);
+    for (size_t i = 0; i < armed; ++i) {
+        _pollers[i]->disarm();
+    }
+}
+
+void reactor::run() {
+    auto idle_since = steady_clock_type::now();
+    bool idle = false;
+    while (!_stopping || !_tasks.empty()) {
+        ++_stats.loops;
+        run_tasks(_cfg.task_quota);
+        bool work = poll_once();
+        if (work || !_tasks.empty()) {
+            idle = false;
+            continue;
+        }
+        if (_stopping || _cfg.poll_mode) {
+            continue;
+        }
+        auto now = steady_clock_type::now();
+        if (!idle) {
+            idle = true;
+            idle_since = now;
+            continue;
+        }
+        if (now - idle_since >= _cfg.idle_poll) {
+            sleep();
+            idle = false;
+        }
+    }
+    cancel_all_io();
+}
+
+void reactor::cancel_all_io() {
+    // Cancel what the kernel still holds and let the completions (errors) flow through their
+    // owners, so nothing is leaked and nothing completes into freed memory after we return.
+    submit_pending();
+    if (_io_in_flight == 0) {
+        return;
+    }
+    submit_pending();
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+    io_uring_sqe_set_data(sqe, nullptr);
+    submit_pending();
+    auto deadline = steady_clock_type::now() + std::chrono::seconds(2);
+    while (_io_in_flight > 0 && steady_clock_type::now() < deadline) {
+        __kernel_timespec ts{0, 10'000'000};
+        io_uring_cqe* cqe = nullptr;
+        io_uring_wait_cqe_timeout(&_ring, &cqe, &ts);
+        reap_completions();
+        run_tasks(UINT32_MAX);
+        submit_pending();
+    }
+    if (_io_in_flight > 0) {
+        reactor_log.warn("{} I/O requests still in flight at shutdown", _io_in_flight);
+    }
+}
+
+void reactor::stop() noexcept {
+    _stopping = true;
+}
+
+void reactor::wake() noexcept {
+    if (_sleeping.load(std::memory_order_relaxed)) {
+        uint64_t one = 1;
+        ssize_t n = ::write(_wake_fd, &one, sizeof(one));
+        (void)n;
+    }
+}
+
+void reactor::notify_from_other_thread() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    wake();
+}
+
+} // namespace shoal

@@ -1,0 +1,190 @@
+#pragma once
+
+#include "core/clock.hh"
+#include "core/future.hh"
+#include "core/task.hh"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <liburing.h>
+
+namespace shoal {
+
+/// A source of events the reactor checks on every loop iteration, such as the RDMA completion
+/// queues or the cross-shard queues. Before the reactor sleeps it asks every poller to arm a
+/// wake-up (an fd the shard's io_uring watches, a CQ notification), then re-checks.
+class poller {
+public:
+    virtual ~poller() = default;
+    /// Processes whatever is ready without blocking; returns true if it found work.
+    virtual bool poll() = 0;
+    /// Arms the wake-up that will interrupt the reactor's sleep. Returns false when work is
+    /// already pending (the reactor then stays awake and calls `disarm` on what it armed).
+    virtual bool try_arm() = 0;
+    /// Called after the sleep (or an aborted attempt) for every poller that armed.
+    virtual void disarm() = 0;
+};
+
+/// Receives one io_uring completion: the object's address is the SQE's user_data. Multishot
+/// requests see IORING_CQE_F_MORE in `flags` while more completions will follow.
+class io_completion {
+public:
+    virtual void complete(int result, uint32_t flags) noexcept = 0;
+
+protected:
+    ~io_completion() = default;
+};
+
+/// Tuning of one reactor, shared by every shard of a run.
+struct reactor_config {
+    /// Never sleep: spin polling even when idle (lowest latency, one busy core per shard).
+    bool poll_mode = false;
+    /// How long an idle reactor keeps polling before it arms its pollers and sleeps.
+    std::chrono::microseconds idle_poll{200};
+    /// Tasks run between two rounds of polling.
+    unsigned task_quota = 256;
+    /// Submission queue entries of the shard's io_uring ring.
+    unsigned ring_entries = 1024;
+};
+
+/// Counters a reactor keeps about itself; read them on the reactor's own shard.
+struct reactor_stats {
+    uint64_t loops = 0;          ///< loop iterations
+    uint64_t tasks_run = 0;      ///< tasks executed
+    uint64_t sleeps = 0;         ///< times the reactor went to sleep in io_uring
+    uint64_t aborted_sleeps = 0; ///< sleeps given up because a poller had work when arming
+    uint64_t io_submitted = 0;   ///< SQEs handed to the kernel
+    uint64_t io_completed = 0;   ///< CQEs processed
+    uint64_t io_enter_calls = 0; ///< io_uring_enter system calls made to submit or reap
+    uint64_t timers_fired = 0;   ///< timer expirations handled
+};
+
+class timer_base;
+
+/// One shard's event loop: runs tasks, polls io_uring completions, registered pollers and
+/// timers, and sleeps in io_uring when there is nothing to do. Everything it owns is touched
+/// only by its own thread; `wake()` is the one call other threads may make.
+class reactor {
+public:
+    reactor(unsigned shard_id, const reactor_config& cfg);
+    ~reactor();
+    reactor(const reactor&) = delete;
+    reactor& operator=(const reactor&) = delete;
+
+    /// The shard this reactor runs.
+    unsigned shard_id() const noexcept { return _shard_id; }
+    const reactor_config& config() const noexcept { return _cfg; }
+    const reactor_stats& stats() const noexcept { return _stats; }
+
+    /// Queues a task to run on this reactor (no allocation).
+    void add_task(task* t) noexcept { _tasks.push_back(t); }
+
+    /// Returns a free SQE (submitting queued ones first if the ring is full). Fill it and set
+    /// its user_data to an `io_completion*`; it is submitted with the loop's next batch.
+    io_uring_sqe* get_sqe();
+
+    /// Prepares an SQE with `prep(sqe)` and returns the CQE's result (a negative errno on
+    /// failure) as a future. One allocation per call.
+    template <typename Prep>
+    future<int> submit_io(Prep&& prep);
+
+    /// Adds or removes a poller. The reactor does not own it.
+    void register_poller(poller* p);
+    void unregister_poller(poller* p);
+
+    /// Timer queue (used by `timer`).
+    void add_timer(timer_base* t);
+    void del_timer(timer_base* t) noexcept;
+
+    /// Runs the loop until `stop()`; then drains what is queued and cancels in-flight I/O.
+    void run();
+    /// Asks the loop to return once its queued tasks have run. Call on this shard.
+    void stop() noexcept;
+    bool stopping() const noexcept { return _stopping; }
+
+    /// Wakes this reactor if it sleeps. Safe from any thread; cheap when it is awake.
+    void wake() noexcept;
+    /// Marks this reactor as having work posted by another thread, then wakes it if needed.
+    /// Callers publish their work first; this provides the fence that pairs with the sleep check.
+    void notify_from_other_thread() noexcept;
+
+    /// Registers a check that runs right before sleeping: returning true cancels the sleep
+    /// (used by cross-shard queues, whose producers call `notify_from_other_thread`).
+    void set_pending_work_check(std::function<bool()> check) { _pending_work_check = std::move(check); }
+
+    /// Number of I/O requests the kernel has not completed yet.
+    uint64_t io_in_flight() const noexcept { return _io_in_flight; }
+
+private:
+    class wakeup_reader;
+    bool poll_once();
+    bool reap_completions();
+    bool submit_pending();
+    bool fire_timers();
+    void sleep();
+    void run_tasks(unsigned quota);
+    void cancel_all_io();
+
+    unsigned _shard_id;
+    reactor_config _cfg;
+    reactor_stats _stats;
+    task_queue _tasks;
+    io_uring _ring;
+    bool _stopping = false;
+    uint64_t _io_in_flight = 0;
+    std::vector<poller*> _pollers;
+    std::vector<timer_base*> _timers; // binary min-heap on expiry
+    int _wake_fd = -1;
+    wakeup_reader* _wakeup = nullptr;
+    std::function<bool()> _pending_work_check;
+    alignas(64) std::atomic<bool> _sleeping{false};
+};
+
+/// The reactor of the calling thread; only valid on a shard.
+reactor& local_reactor() noexcept;
+
+namespace internal {
+/// Installs (or clears) the calling thread's reactor.
+void set_local_reactor(reactor* r) noexcept;
+
+/// An io_uring completion that resolves a promise<int> and deletes itself.
+class promise_completion final : public io_completion {
+public:
+    void complete(int result, uint32_t) noexcept override {
+        _pr.set_value(result);
+        delete this;
+    }
+    promise<int> _pr;
+};
+} // namespace internal
+
+template <typename Prep>
+future<int> reactor::submit_io(Prep&& prep) {
+    auto* c = new internal::promise_completion();
+    auto f = c->_pr.get_future();
+    io_uring_sqe* sqe = get_sqe();
+    prep(sqe);
+    io_uring_sqe_set_data(sqe, static_cast<io_completion*>(c));
+    return f;
+}
+
+/// Base of every timer: an expiry in the reactor's heap.
+class timer_base {
+public:
+    virtual ~timer_base() = default;
+
+protected:
+    /// Runs when the timer expires; the timer is no longer queued.
+    virtual void expire() noexcept = 0;
+    steady_clock_type::time_point _expiry{};
+
+private:
+    friend class reactor;
+    size_t _heap_index = SIZE_MAX;
+};
+
+} // namespace shoal
