@@ -1,0 +1,191 @@
+#pragma once
+
+#include "core/future.hh"
+#include "net/socket_address.hh"
+#include "net/temporary_buffer.hh"
+
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+namespace shoal::net {
+
+/// Thrown by `read_exactly` when the stream ends before the requested bytes arrived.
+class unexpected_eof : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Where an input stream's bytes come from: a TCP socket, an RDMA stream connection, a test.
+/// The transport implements this; users see `input_stream`.
+class data_source_impl {
+public:
+    virtual ~data_source_impl() = default;
+    /// Resolves with the next bytes that arrived (any size), or an empty buffer at the end of
+    /// the stream. Called again only after the previous call resolved.
+    virtual future<temporary_buffer> get() = 0;
+    /// Stops reading; a pending `get()` resolves (empty) or fails.
+    virtual future<> close() { return make_ready_future<>(); }
+    /// True once `get()` has produced the end of the stream (implementations set `_eof`).
+    bool eof() const noexcept { return _eof; }
+
+protected:
+    bool _eof = false;
+};
+
+/// Where an output stream's bytes go. `put` may keep the buffer until the bytes are sent.
+class data_sink_impl {
+public:
+    virtual ~data_sink_impl() = default;
+    /// Queues `buf` for sending; resolves when the sink can take more (not necessarily sent).
+    virtual future<> put(temporary_buffer buf) = 0;
+    /// Resolves when everything put so far has been handed to the transport.
+    virtual future<> flush() { return make_ready_future<>(); }
+    /// Flushes and ends the stream (the peer reads end-of-stream).
+    virtual future<> close() = 0;
+    /// How many bytes the output stream should gather before calling `put` (0: no preference).
+    virtual size_t buffer_size_hint() const noexcept { return 0; }
+};
+
+/// Reads a byte stream as buffers. Not copyable; one reader at a time (wait for a read to
+/// resolve before the next).
+class input_stream {
+public:
+    input_stream() = default;
+    explicit input_stream(std::unique_ptr<data_source_impl> source) noexcept
+        : _source(std::move(source)) {}
+
+    /// Whatever arrived next (held-back bytes first); empty at end of stream.
+    future<temporary_buffer> read();
+    /// At most `n` bytes.
+    future<temporary_buffer> read_up_to(size_t n);
+    /// Exactly `n` bytes; fails with `unexpected_eof` if the stream ends first. Contiguous: when
+    /// the bytes span several received buffers they are copied into one.
+    future<temporary_buffer> read_exactly(size_t n);
+    /// True once a read has seen the end of the stream.
+    bool eof() const noexcept { return !_held && (!_source || _source->eof()); }
+    /// Puts bytes back in front of the stream (for parsers that read too far).
+    void unread(temporary_buffer buf) noexcept { _held = std::move(buf); }
+    /// Closes the source.
+    future<> close();
+
+private:
+    std::unique_ptr<data_source_impl> _source;
+    temporary_buffer _held;
+};
+
+/// Writes a byte stream. Small writes are gathered into buffers of the sink's preferred size
+/// and handed over when full or on `flush`; large writes pass through without a copy when given
+/// as `temporary_buffer`. One writer at a time: wait for each future before the next call.
+class output_stream {
+public:
+    output_stream() = default;
+    explicit output_stream(std::unique_ptr<data_sink_impl> sink, size_t buffer_size = 0);
+
+    /// Copies `bytes` into the stream.
+    future<> write(std::string_view bytes);
+    future<> write(const char* data, size_t size) { return write(std::string_view(data, size)); }
+    /// Hands `buf` over (no copy when it is large; small buffers are gathered).
+    future<> write(temporary_buffer buf);
+    /// Sends what is gathered and waits until the transport has taken it.
+    future<> flush();
+    /// Flushes and ends the stream.
+    future<> close();
+
+private:
+    future<> put_gathered();
+    std::unique_ptr<data_sink_impl> _sink;
+    size_t _buffer_size = 8192;
+    temporary_buffer _buf; // gathering buffer (capacity _buffer_size)
+    size_t _used = 0;
+};
+
+/// The transport side of a connection; see `connected_socket`.
+class connected_socket_impl {
+public:
+    virtual ~connected_socket_impl() = default;
+    virtual std::unique_ptr<data_source_impl> source() = 0;
+    virtual std::unique_ptr<data_sink_impl> sink() = 0;
+    virtual void shutdown_input() = 0;
+    virtual void shutdown_output() = 0;
+    virtual void set_nodelay(bool on) = 0;
+    virtual bool get_nodelay() const = 0;
+    virtual void set_keepalive(bool on) = 0;
+    virtual bool get_keepalive() const = 0;
+    virtual socket_address local_address() const = 0;
+    virtual socket_address peer_address() const = 0;
+};
+
+/// A connected byte stream (TCP or RDMA). Each direction is taken once with `input()` and
+/// `output()`. The connection lives while the socket or any stream taken from it lives.
+class connected_socket {
+public:
+    connected_socket() = default;
+    explicit connected_socket(std::shared_ptr<connected_socket_impl> impl) noexcept
+        : _impl(std::move(impl)) {}
+
+    /// The receiving side.
+    input_stream input();
+    /// The sending side; `buffer_size` 0 takes the transport's preference.
+    output_stream output(size_t buffer_size = 0);
+    /// Ends receiving: pending and later reads see end of stream.
+    void shutdown_input() { _impl->shutdown_input(); }
+    /// Ends sending (the peer reads end of stream) without closing the input.
+    void shutdown_output() { _impl->shutdown_output(); }
+    void set_nodelay(bool on) { _impl->set_nodelay(on); }
+    bool get_nodelay() const { return _impl->get_nodelay(); }
+    void set_keepalive(bool on) { _impl->set_keepalive(on); }
+    bool get_keepalive() const { return _impl->get_keepalive(); }
+    socket_address local_address() const { return _impl->local_address(); }
+    socket_address peer_address() const { return _impl->peer_address(); }
+    explicit operator bool() const noexcept { return bool(_impl); }
+
+private:
+    std::shared_ptr<connected_socket_impl> _impl;
+};
+
+/// One accepted connection and where it came from.
+struct accept_result {
+    connected_socket connection;
+    socket_address remote_address;
+};
+
+/// The transport side of a listening socket.
+class server_socket_impl {
+public:
+    virtual ~server_socket_impl() = default;
+    virtual future<accept_result> accept() = 0;
+    virtual void abort_accept() = 0;
+    virtual socket_address local_address() const = 0;
+};
+
+/// A listening socket: `accept()` resolves with each incoming connection. `abort_accept()`
+/// fails a pending accept and closes the listener.
+class server_socket {
+public:
+    server_socket() = default;
+    explicit server_socket(std::unique_ptr<server_socket_impl> impl) noexcept
+        : _impl(std::move(impl)) {}
+    future<accept_result> accept() { return _impl->accept(); }
+    void abort_accept() { _impl->abort_accept(); }
+    socket_address local_address() const { return _impl->local_address(); }
+    explicit operator bool() const noexcept { return bool(_impl); }
+
+private:
+    std::unique_ptr<server_socket_impl> _impl;
+};
+
+/// Options for listening sockets.
+struct listen_options {
+    /// SO_REUSEPORT: every shard may listen on the same port and the kernel spreads
+    /// connections across them.
+    bool reuse_port = false;
+    /// SO_REUSEADDR (on by default).
+    bool reuse_address = true;
+    /// Pending connections the kernel queues.
+    int backlog = 1024;
+};
+
+} // namespace shoal::net

@@ -1,0 +1,145 @@
+#pragma once
+
+#include <cassert>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string_view>
+#include <utility>
+
+namespace shoal::net {
+
+/// Owns the memory behind one or more `temporary_buffer`s and releases it when the last one
+/// goes. Subclasses return memory to where it came from: the heap, an io_uring buffer ring, an
+/// RDMA memory pool (possibly on another shard). Reference counts are not atomic: a buffer and
+/// its slices live on one shard; an owner that must go home crosses shards itself.
+class buffer_owner {
+public:
+    void ref() noexcept { ++_refs; }
+    void unref() noexcept {
+        if (--_refs == 0) {
+            release();
+        }
+    }
+
+protected:
+    virtual ~buffer_owner() = default;
+    /// Called once when the last reference is dropped; must free `this` or recycle it.
+    virtual void release() noexcept = 0;
+
+private:
+    unsigned _refs = 1;
+};
+
+/// A contiguous piece of received or to-be-sent bytes with shared ownership: slices made with
+/// `share()` keep the underlying memory alive without copying. Move-only; `share()` is the
+/// explicit, cheap copy.
+class temporary_buffer {
+public:
+    temporary_buffer() noexcept = default;
+    /// Allocates `size` uninitialised bytes on the heap (one allocation for data and owner).
+    explicit temporary_buffer(size_t size);
+    /// Wraps `size` bytes at `data` owned by `owner` (this takes over one reference).
+    temporary_buffer(char* data, size_t size, buffer_owner* owner) noexcept
+        : _data(data)
+        , _size(size)
+        , _owner(owner) {}
+    /// Copies `bytes` into a new heap buffer.
+    static temporary_buffer copy_of(std::string_view bytes);
+
+    temporary_buffer(temporary_buffer&& o) noexcept
+        : _data(std::exchange(o._data, nullptr))
+        , _size(std::exchange(o._size, 0))
+        , _owner(std::exchange(o._owner, nullptr)) {}
+    temporary_buffer& operator=(temporary_buffer&& o) noexcept {
+        if (this != &o) {
+            reset();
+            _data = std::exchange(o._data, nullptr);
+            _size = std::exchange(o._size, 0);
+            _owner = std::exchange(o._owner, nullptr);
+        }
+        return *this;
+    }
+    temporary_buffer(const temporary_buffer&) = delete;
+    temporary_buffer& operator=(const temporary_buffer&) = delete;
+    ~temporary_buffer() { reset(); }
+
+    const char* get() const noexcept { return _data; }
+    char* get_write() noexcept { return _data; }
+    const char* begin() const noexcept { return _data; }
+    const char* end() const noexcept { return _data + _size; }
+    size_t size() const noexcept { return _size; }
+    bool empty() const noexcept { return _size == 0; }
+    explicit operator bool() const noexcept { return _size != 0; }
+    char operator[](size_t i) const noexcept { return _data[i]; }
+    std::string_view view() const noexcept { return {_data, _size}; }
+
+    /// A new reference to `len` bytes at `offset` of the same memory (no copy).
+    temporary_buffer share(size_t offset, size_t len) const noexcept {
+        assert(offset + len <= _size);
+        if (_owner) {
+            _owner->ref();
+        }
+        return temporary_buffer(_data + offset, len, _owner);
+    }
+    temporary_buffer share() const noexcept { return share(0, _size); }
+    /// Drops the first `n` bytes.
+    void trim_front(size_t n) noexcept {
+        assert(n <= _size);
+        _data += n;
+        _size -= n;
+    }
+    /// Drops all but the first `n` bytes.
+    void trim(size_t n) noexcept {
+        assert(n <= _size);
+        _size = n;
+    }
+    /// Releases the memory now.
+    void reset() noexcept {
+        if (_owner) {
+            std::exchange(_owner, nullptr)->unref();
+        }
+        _data = nullptr;
+        _size = 0;
+    }
+
+private:
+    char* _data = nullptr;
+    size_t _size = 0;
+    buffer_owner* _owner = nullptr;
+};
+
+namespace internal {
+/// Heap storage: the owner header and the bytes in one malloc.
+class heap_buffer final : public buffer_owner {
+public:
+    static temporary_buffer make(size_t size) {
+        void* mem = std::malloc(sizeof(heap_buffer) + size);
+        if (!mem) {
+            throw std::bad_alloc();
+        }
+        auto* owner = new (mem) heap_buffer();
+        return temporary_buffer(reinterpret_cast<char*>(owner + 1), size, owner);
+    }
+
+private:
+    void release() noexcept override {
+        this->~heap_buffer();
+        std::free(this);
+    }
+};
+} // namespace internal
+
+inline temporary_buffer::temporary_buffer(size_t size)
+    : temporary_buffer(internal::heap_buffer::make(size)) {}
+
+inline temporary_buffer temporary_buffer::copy_of(std::string_view bytes) {
+    temporary_buffer b(bytes.size());
+    if (!bytes.empty()) {
+        std::memcpy(b.get_write(), bytes.data(), bytes.size());
+    }
+    return b;
+}
+
+} // namespace shoal::net
