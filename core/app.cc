@@ -97,7 +97,7 @@ app& app::add_option(std::string name, std::string help, std::string default_val
     if (!_options.count(name)) {
         _order.push_back(name);
     }
-    _options[name] = option{std::move(help), std::move(default_value), false, false};
+    _options[name] = option{std::move(help), default_value, false, false, default_value};
     return *this;
 }
 
@@ -134,7 +134,8 @@ std::string app::usage() const {
     for (const auto& name : _order) {
         const auto& o = _options.at(name);
         std::string left = o.is_flag ? "--" + name : "--" + name + " VALUE";
-        std::string def = (!o.is_flag && !o.value.empty()) ? fmt::format(" (default {})", o.value) : "";
+        std::string def =
+            (!o.is_flag && !o.default_value.empty()) ? fmt::format(" (default {})", o.default_value) : "";
         out += fmt::format("  {:<28} {}{}\n", left, o.help, def);
     }
     return out;

@@ -53,6 +53,7 @@ private:
         std::string value;
         bool is_flag = false;
         bool given = false;
+        std::string default_value; // shown by --help, whatever was parsed
     };
     void apply_common();
 

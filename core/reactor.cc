@@ -279,8 +279,10 @@ bool reactor::poll_once() {
     bool work = false;
     work |= submit_pending();
     work |= reap_completions();
-    for (poller* p : _pollers) {
-        work |= p->poll();
+    // By index: a poller may register or unregister pollers while it polls (cross-shard calls
+    // run inside the smp poller, so a service started on this shard registers its pollers here).
+    for (size_t i = 0; i < _pollers.size(); ++i) {
+        work |= _pollers[i]->poll();
     }
     work |= fire_timers();
     return work;

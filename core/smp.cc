@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -73,10 +74,18 @@ public:
     reactor& reactor_of(unsigned shard) { return *_reactors[shard]; }
     const smp_options& options() const noexcept { return _opts; }
 
-    /// Runs shard `id`'s reactor on the calling thread until it is stopped.
+    /// Runs shard `id`'s reactor on the calling thread until it is stopped. If this shard's
+    /// reactor cannot be created, or another shard fails to start, returns without running.
     void run_shard(unsigned id, const std::function<void()>& on_start) {
+        std::unique_ptr<reactor> owned;
+        try {
+            owned = std::make_unique<reactor>(id, _opts.reactor);
+        } catch (...) {
+            abort_start(std::current_exception());
+            return;
+        }
+        reactor& r = *owned;
         tl_shard_id = id;
-        reactor r(id, _opts.reactor);
         internal::set_local_reactor(&r);
         smp_poller sp(*this, id);
         r.register_poller(&sp);
@@ -84,6 +93,13 @@ public:
         _reactors[id] = &r;
         _started.fetch_add(1, std::memory_order_acq_rel);
         while (_started.load(std::memory_order_acquire) < _n) {
+            if (_start_aborted.load(std::memory_order_acquire)) {
+                // Another shard could not start: leave without running anything.
+                r.unregister_poller(&sp);
+                internal::set_local_reactor(nullptr);
+                tl_shard_id = 0;
+                return;
+            }
             std::this_thread::yield();
         }
         if (on_start) {
@@ -96,6 +112,16 @@ public:
             sp.poll();
             std::this_thread::yield();
         }
+        // A shard may have published messages right before it stopped (replies to calls made
+        // just before the stop, such as the stop requests themselves) after this one's last
+        // poll: take them, and the replies they produce, before any reactor goes away.
+        sp.poll();
+        _drained.fetch_add(1, std::memory_order_acq_rel);
+        while (_drained.load(std::memory_order_acquire) < _n) {
+            sp.poll();
+            std::this_thread::yield();
+        }
+        sp.poll();
         r.unregister_poller(&sp);
         _finished.fetch_add(1, std::memory_order_acq_rel);
         while (_finished.load(std::memory_order_acquire) < _n) {
@@ -103,6 +129,20 @@ public:
         }
         internal::set_local_reactor(nullptr);
         tl_shard_id = 0;
+    }
+
+    /// Records why the engine cannot start and releases the shards already waiting for the
+    /// others; `run_shards` rethrows the first error.
+    void abort_start(std::exception_ptr ex) noexcept {
+        std::lock_guard g(_start_error_lock);
+        if (!_start_error) {
+            _start_error = ex;
+        }
+        _start_aborted.store(true, std::memory_order_release);
+    }
+    std::exception_ptr start_error() {
+        std::lock_guard g(_start_error_lock);
+        return _start_error;
     }
 
     int exit_code = 0;
@@ -117,7 +157,11 @@ private:
     std::vector<std::unique_ptr<channel>> _channels;
     std::vector<reactor*> _reactors;
     std::atomic<unsigned> _started{0};
+    std::atomic<bool> _start_aborted{false};
+    std::mutex _start_error_lock;
+    std::exception_ptr _start_error;
     std::atomic<unsigned> _stopped{0};
+    std::atomic<unsigned> _drained{0};
     std::atomic<unsigned> _finished{0};
 };
 
@@ -331,16 +375,21 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     if (opts.smp == 0) {
         opts.smp = unsigned(cpus.size());
     }
-    if (opts.pin && cpus.size() < opts.smp) {
-        if (!given.cpuset.empty()) {
+    if (cpus.size() < opts.smp) {
+        if (opts.pin && !given.cpuset.empty()) {
             throw std::invalid_argument("--cpuset names " + std::to_string(cpus.size()) + " CPUs for " +
                                         std::to_string(opts.smp) + " shards");
         }
         // More shards than CPUs: share CPUs round-robin.
-        while (cpus.size() < opts.smp) {
-            cpus.push_back(cpus[cpus.size() % cpus.size()]);
+        size_t available = cpus.size();
+        for (size_t i = available; i < opts.smp; ++i) {
+            cpus.push_back(cpus[i % available]);
         }
     }
+    // Shard 0 is the calling thread: give it its CPUs back afterwards.
+    cpu_set_t caller_cpus;
+    bool restore_cpus =
+        opts.pin && pthread_getaffinity_np(pthread_self(), sizeof(caller_cpus), &caller_cpus) == 0;
     // Signals go to the signalfd of shard 0 only: block them in every thread.
     sigset_t blocked, old;
     sigemptyset(&blocked);
@@ -354,7 +403,6 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     g_engine = &e;
     g_shard_count = opts.smp;
     std::vector<std::thread> threads;
-    std::exception_ptr start_error;
     try {
         if (opts.pin) {
             pin_to(cpus[0]);
@@ -372,29 +420,26 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
             });
         }
     } catch (...) {
-        start_error = std::current_exception();
+        e.abort_start(std::current_exception());
     }
     std::unique_ptr<signal_reader> signals;
-    e.run_shard(0, [&] {
-        if (start_error) {
-            e.exit_code = 1;
-            stop_all_shards();
-            return;
-        }
-        if (opts.handle_signals) {
-            signals = std::make_unique<signal_reader>();
-        }
-        (void)futurize_invoke(main).then_wrapped([&e](future<int> f) {
-            e.main_done = true;
-            if (f.failed()) {
-                smp_log.error("main function failed: {}", f.get_exception());
-                e.exit_code = 1;
-            } else {
-                e.exit_code = f.get();
+    if (!e.start_error()) {
+        e.run_shard(0, [&] {
+            if (opts.handle_signals) {
+                signals = std::make_unique<signal_reader>();
             }
-            stop_all_shards();
+            (void)futurize_invoke(main).then_wrapped([&e](future<int> f) {
+                e.main_done = true;
+                if (f.failed()) {
+                    smp_log.error("main function failed: {}", f.get_exception());
+                    e.exit_code = 1;
+                } else {
+                    e.exit_code = f.get();
+                }
+                stop_all_shards();
+            });
         });
-    });
+    }
     for (auto& t : threads) {
         t.join();
     }
@@ -405,8 +450,11 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     g_engine = nullptr;
     g_shard_count = 1;
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (start_error) {
-        std::rethrow_exception(start_error);
+    if (restore_cpus) {
+        pthread_setaffinity_np(pthread_self(), sizeof(caller_cpus), &caller_cpus);
+    }
+    if (auto ex = e.start_error()) {
+        std::rethrow_exception(ex);
     }
     // A main that never finished was cut short by a signal: report it like a shell would.
     return e.main_done ? e.exit_code : e.signal_exit_code;

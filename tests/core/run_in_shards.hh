@@ -1,0 +1,47 @@
+#pragma once
+
+// Test helper: runs a test body on shard 0 of a fresh engine. Shards are not pinned, so tests
+// that ctest runs in parallel do not fight over CPUs. Only one engine runs at a time in a process.
+
+#include "core/future.hh"
+#include "core/log.hh"
+#include "core/smp.hh"
+
+#include <functional>
+
+#include <gtest/gtest.h>
+
+namespace shoal::testing {
+
+/// Starts `smp` unpinned shards with `cfg`, runs `fn()` on shard 0 and returns 0 when its
+/// future succeeds. A failure is reported to GoogleTest and turns into a non-zero status.
+inline int run_in_shards(unsigned smp, std::function<future<>()> fn, reactor_config cfg = {}) {
+    smp_options opts;
+    opts.smp = smp;
+    opts.pin = false;
+    opts.reactor = cfg;
+    return run_shards(opts, [fn = std::move(fn)]() -> future<int> {
+        return futurize_invoke(fn).then_wrapped([](future<> f) {
+            if (f.failed()) {
+                ADD_FAILURE() << "test body failed: " << fmt::format("{}", f.get_exception());
+                return 1;
+            }
+            return 0;
+        });
+    });
+}
+
+/// `run_in_shards` on a single shard.
+inline int run_in_shard(std::function<future<>()> fn, reactor_config cfg = {}) {
+    return run_in_shards(1, std::move(fn), cfg);
+}
+
+} // namespace shoal::testing
+
+/// ASSERT_TRUE for coroutine bodies (GoogleTest's ASSERT_* use `return`): records a failure and
+/// leaves the coroutine.
+#define CO_ASSERT_TRUE(cond)                                                                                 \
+    if (!(cond)) {                                                                                           \
+        ADD_FAILURE() << "assertion failed: " #cond;                                                         \
+        co_return;                                                                                           \
+    }
