@@ -119,6 +119,11 @@ public:
     /// Number of I/O requests the kernel has not completed yet.
     uint64_t io_in_flight() const noexcept { return _io_in_flight; }
 
+    /// [net/tcp] Low level: the shard's io_uring, only for registering resources with it
+    /// (provided-buffer rings: io_uring_register_buf_ring). Never submit or reap on it directly:
+    /// use get_sqe(). Added for net/tcp's receive buffer ring.
+    io_uring& ring() noexcept { return _ring; }
+
 private:
     class wakeup_reader;
     bool poll_once();
@@ -164,9 +169,16 @@ public:
 
 template <typename Prep>
 future<int> reactor::submit_io(Prep&& prep) {
-    auto* c = new internal::promise_completion();
+    io_uring_sqe* sqe = get_sqe(); // first: if it throws, nothing is leaked
+    internal::promise_completion* c;
+    try {
+        c = new internal::promise_completion();
+    } catch (...) {
+        io_uring_prep_nop(sqe); // the slot is taken: make it harmless
+        io_uring_sqe_set_data(sqe, nullptr);
+        throw;
+    }
     auto f = c->_pr.get_future();
-    io_uring_sqe* sqe = get_sqe();
     prep(sqe);
     io_uring_sqe_set_data(sqe, static_cast<io_completion*>(c));
     return f;
