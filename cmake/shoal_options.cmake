@@ -6,6 +6,13 @@ option(SHOAL_BUILD_TESTS "Build the GoogleTest suites" ON)
 # Never -march=native: binaries must also run inside the Soft-RoCE qemu guest, whose CPU model
 # stops at AVX2 (AVX-512 code dies there with SIGILL).
 add_compile_options(-Wall -Wextra -Wno-missing-field-initializers)
+# GCC 12 reports -Wmaybe-uninitialized for the exception_ptr in future_state's union once
+# continuations are inlined deep enough (the status byte guards every access; the warning comes
+# and goes with inlining decisions). It is a known false-positive family, so it stays a warning
+# and never breaks a -Werror build.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-Wno-error=maybe-uninitialized)
+endif()
 if(SHOAL_WERROR)
   add_compile_options(-Werror)
 endif()

@@ -278,6 +278,19 @@ void stop_all_shards() {
     local_reactor().stop();
 }
 
+void pin_to(unsigned cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    if (rc != 0) {
+        throw std::system_error(rc, std::system_category(),
+                                "cannot pin a shard to CPU " + std::to_string(cpu));
+    }
+}
+
+} // namespace
+
 std::vector<unsigned> allowed_cpus() {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -297,19 +310,6 @@ std::vector<unsigned> allowed_cpus() {
     }
     return cpus;
 }
-
-void pin_to(unsigned cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-    if (rc != 0) {
-        throw std::system_error(rc, std::system_category(),
-                                "cannot pin a shard to CPU " + std::to_string(cpu));
-    }
-}
-
-} // namespace
 
 unsigned this_shard_id() noexcept {
     return tl_shard_id;

@@ -34,6 +34,9 @@ struct smp_options {
 /// std::system_error / std::invalid_argument when the shards cannot be started.
 int run_shards(const smp_options& opts, std::function<future<int>()> main);
 
+/// The CPUs this process may run on (its affinity mask; every CPU when it cannot be read).
+std::vector<unsigned> allowed_cpus();
+
 /// Resolves when the engine was asked to stop (SIGINT/SIGTERM with `handle_signals`, or
 /// `request_stop()`). Call on shard 0. When nobody waits for it, a signal stops the engine
 /// directly.
