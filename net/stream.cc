@@ -96,6 +96,13 @@ future<> output_stream::put_gathered() {
     if (_used == 0) {
         return make_ready_future<>();
     }
+    if (_used <= small_put) {
+        // A few bytes (a request, a reply): hand over a copy of just them and keep the gathering
+        // buffer for the next writes; a small allocation is far cheaper than a new big buffer.
+        auto bytes = temporary_buffer::copy_of(std::string_view(_buf.get(), _used));
+        _used = 0;
+        return _sink->put(std::move(bytes));
+    }
     _buf.trim(_used);
     _used = 0;
     return _sink->put(std::move(_buf));
@@ -132,7 +139,11 @@ future<> output_stream::write(temporary_buffer buf) {
         return make_ready_future<>();
     }
     if (buf.size() < _buffer_size / 2 || (_used && _used + buf.size() <= _buffer_size)) {
-        // Small: gather it (the caller's view stays valid until the future resolves).
+        if (_used + buf.size() <= _buffer_size) {
+            // It fits: write() copies it before returning, so `buf` may go now.
+            return write(buf.view());
+        }
+        // It spills over: the rest is copied after the gathered bytes were put, so keep it.
         auto held = std::make_unique<temporary_buffer>(std::move(buf));
         auto view = held->view();
         return write(view).finally([held = std::move(held)] {});

@@ -95,6 +95,8 @@ public:
     future<> close();
 
 private:
+    /// Gathered bytes up to this size are handed over as a copy; the gathering buffer stays.
+    static constexpr size_t small_put = 1024;
     future<> put_gathered();
     std::unique_ptr<data_sink_impl> _sink;
     size_t _buffer_size = 8192;

@@ -1,0 +1,146 @@
+#pragma once
+
+#include "core/future.hh"
+#include "core/reactor.hh"
+#include "core/task.hh"
+#include "net/socket_address.hh"
+#include "net/stream.hh"
+#include "net/tcp/buffer_ring.hh"
+#include "net/tcp/internal.hh"
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <optional>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+namespace shoal::net::tcp::internal {
+
+class tcp_data_source;
+
+/// One TCP connection: the socket, its receive side (a multishot recv into the shard's buffer
+/// ring, a queue of received buffers, one waiting reader) and its send side (a queue of
+/// buffers, at most one send or sendmsg in flight, short sends resumed). The connected
+/// socket, the data source and the data sink each hold a handle on it.
+///
+/// Teardown: when the last handle goes, the receive is cancelled and queued output keeps going
+/// (as after close(2)); the object closes the fd and frees itself only once every request the
+/// kernel holds, cancellations included, has completed. A reactor that stops cancels whatever
+/// is left, which ends lingering sends too.
+class connection final : public buffer_waiter {
+public:
+    /// Wraps connected socket `fd`, taking ownership; `peer` is the remote address.
+    static connected_socket make_socket(int fd, const socket_address& peer);
+
+    void hold() noexcept { ++_handles; }
+    void release() noexcept;
+
+    // --- receiving (see data_source_impl)
+    future<temporary_buffer> get();
+    future<> close_input();
+    void shutdown_input();
+    void attach_source(tcp_data_source* s) noexcept { _source = s; }
+
+    // --- sending (see data_sink_impl)
+    future<> put(temporary_buffer buf);
+    future<> flush();
+    future<> close_output();
+    void shutdown_output();
+
+    // --- options and addresses
+    void set_nodelay(bool on);
+    bool get_nodelay() const;
+    void set_keepalive(bool on);
+    bool get_keepalive() const;
+    socket_address local_address() const;
+    const socket_address& peer_address() const noexcept { return _peer; }
+
+    /// Called by the canceller when one of our cancellations completed.
+    void cancel_done() noexcept { maybe_destroy(); }
+
+private:
+    connection(int fd, const socket_address& peer);
+    ~connection();
+
+    struct recv_completion final : io_completion {
+        connection* c;
+        void complete(int result, uint32_t flags) noexcept override { c->on_recv(result, flags); }
+    };
+    struct send_completion final : io_completion {
+        connection* c;
+        void complete(int result, uint32_t flags) noexcept override { c->on_send(result, flags); }
+    };
+    /// Starts the next send once the tasks that are running now have queued their writes.
+    struct send_task final : task {
+        connection* c;
+        void run_and_dispose() noexcept override { c->run_send_task(); }
+    };
+    enum class recv_state : uint8_t { idle, armed, cancelling };
+
+    bool recv_wanted() const noexcept;
+    void maybe_arm_recv() noexcept;
+    void cancel_recv() noexcept;
+    void on_recv(int result, uint32_t flags) noexcept;
+    void deliver(temporary_buffer buf) noexcept;
+    void recv_failed(std::exception_ptr ex) noexcept;
+    void end_input() noexcept;
+    void buffers_available() noexcept override;
+
+    void schedule_send() noexcept;
+    void run_send_task() noexcept;
+    void start_send();
+    void on_send(int result, uint32_t flags) noexcept;
+    void send_failed(std::exception_ptr ex) noexcept;
+    void output_drained() noexcept;
+    void do_shutdown_output() noexcept;
+
+    void maybe_destroy() noexcept;
+    int setsockopt_or_throw(int level, int name, int value, const char* what);
+    int getsockopt_int(int level, int name) const;
+
+    static constexpr unsigned max_iov = 64;
+
+    int _fd;
+    socket_address _peer;
+    unsigned _handles = 0;
+    canceller<connection> _canceller{*this};
+
+    // receive side
+    recv_completion _recv_c;
+    recv_state _recv = recv_state::idle;
+    buffer_ring* _ring = nullptr; // the ring the receive is armed on, or waits for
+    bool _recv_cancel_requested = false;
+    bool _waiting_buffers = false;
+    bool _reading = false;     // a reader asked for data at least once
+    bool _input_ended = false; // peer closed, shutdown_input or close: reads return end of stream
+    std::exception_ptr _recv_error;
+    std::deque<temporary_buffer> _recvq;
+    size_t _unread = 0;
+    size_t _max_unread;
+    std::optional<promise<temporary_buffer>> _read_waiter;
+    tcp_data_source* _source = nullptr;
+
+    // send side
+    send_completion _send_c;
+    send_task _send_task;
+    bool _send_in_flight = false;
+    bool _send_scheduled = false;
+    bool _output_closed = false;         // close/shutdown_output: no more puts
+    bool _shutdown_when_drained = false; // SHUT_WR once the queue is empty
+    bool _shut_wr = false;
+    std::exception_ptr _send_error;
+    std::deque<temporary_buffer> _sendq;
+    size_t _send_queued = 0; // bytes in _sendq (in flight included)
+    size_t _in_flight_bytes = 0;
+    size_t _send_window;
+    std::optional<promise<>> _put_waiter;
+    std::optional<promise<>> _drain_waiter;
+    iovec _iov[max_iov];
+    msghdr _msg{};
+};
+
+} // namespace shoal::net::tcp::internal

@@ -1,0 +1,65 @@
+#pragma once
+
+#include "core/future.hh"
+#include "core/reactor.hh"
+#include "net/socket_address.hh"
+#include "net/stream.hh"
+#include "net/tcp/internal.hh"
+
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <optional>
+
+namespace shoal::net::tcp::internal {
+
+/// A listening socket with one multishot accept in the ring: the kernel posts a completion per
+/// incoming connection without a new request each time. Connections accepted while nobody
+/// waits in `accept()` are queued; past `backlog` of them the accept is cancelled until the
+/// application catches up (the kernel's own backlog then holds the rest).
+///
+/// The object outlives the server_socket that owns it until its last completion, cancellations
+/// included, has arrived; only then is the fd closed (a queued accept SQE names the fd).
+class listener final {
+public:
+    listener(int fd, const socket_address& addr, int backlog);
+
+    future<accept_result> accept();
+    /// Fails a pending accept and every later one, stops accepting, closes the socket.
+    void abort_accept() noexcept;
+    /// The owning server_socket is gone: abort and free once the kernel is done.
+    void release() noexcept;
+    const socket_address& local_address() const noexcept { return _addr; }
+
+    /// Called by the canceller when one of our cancellations completed.
+    void cancel_done() noexcept { maybe_destroy(); }
+
+private:
+    struct accept_completion final : io_completion {
+        listener* l;
+        void complete(int result, uint32_t flags) noexcept override { l->on_accept(result, flags); }
+    };
+    enum class state : uint8_t { idle, armed, cancelling };
+
+    ~listener();
+    void arm();
+    void cancel() noexcept;
+    void on_accept(int result, uint32_t flags) noexcept;
+    void close_fd() noexcept;
+    void maybe_destroy() noexcept;
+
+    int _fd;
+    socket_address _addr;
+    size_t _max_queue;
+    accept_completion _c;
+    canceller<listener> _canceller{*this};
+    state _state = state::idle;
+    bool _cancel_requested = false;
+    bool _aborted = false;
+    bool _released = false;
+    std::deque<accept_result> _queue;
+    std::exception_ptr _pending_error;
+    std::optional<promise<accept_result>> _waiter;
+};
+
+} // namespace shoal::net::tcp::internal
