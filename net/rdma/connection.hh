@@ -1,0 +1,126 @@
+#pragma once
+
+#include "core/future.hh"
+#include "net/rdma/memory_region.hh"
+#include "net/rdma/options.hh"
+#include "net/rdma/queue_pair.hh"
+#include "net/socket_address.hh"
+#include "net/stream.hh"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+namespace shoal::net::rdma {
+
+namespace internal {
+class acceptor;
+}
+
+/// An RDMA reliable connection on the calling shard: one-sided operations (each a future
+/// resolved by its completion; several issued in one task are posted as one list), the stream
+/// of WRITE_WITH_IMM immediates the peer sends, and the stream transport (`socket()`).
+/// Copies share the connection; dropping the last copy (and every stream taken from it)
+/// closes it. Errors on it (peer gone, remote access error) fail its pending and later
+/// operations and close it; other connections are unaffected.
+class connection {
+public:
+    connection() noexcept = default;
+    explicit connection(std::shared_ptr<internal::connection_ref> ref) noexcept
+        : _ref(std::move(ref)) {}
+
+    /// RDMA READ of `dst.length` bytes at `offset` of `src` into `dst`.
+    future<> read(local_span dst, const remote_region& src, uint64_t offset = 0) {
+        return impl().read(dst, src, offset);
+    }
+    /// RDMA WRITE of `src` to `offset` of `dst`.
+    future<> write(local_span src, const remote_region& dst, uint64_t offset = 0) {
+        return impl().write(src, dst, offset);
+    }
+    /// RDMA WRITE_WITH_IMM: writes, then the peer receives `imm` (after the data is visible).
+    /// Uses one of the peer's receive credits.
+    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm) {
+        return impl().write_with_imm(src, dst, offset, imm);
+    }
+    /// Atomic fetch-and-add on the 8-byte word at `offset` of `dst`; yields the previous value.
+    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
+        return impl().fetch_add(dst, offset, add);
+    }
+    /// Atomic compare-and-swap on the 8-byte word at `offset`; yields the previous value (the
+    /// swap happened when it equals `expected`).
+    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                  uint64_t desired) {
+        return impl().compare_swap(dst, offset, expected, desired);
+    }
+    /// The next immediate value a WRITE_WITH_IMM from the peer delivered (in order).
+    future<uint32_t> next_immediate() { return impl().next_immediate(); }
+
+    /// The region the peer offered in its connect/accept private data, if any.
+    const std::optional<remote_region>& peer_region() const noexcept { return impl().peer_region(); }
+    /// The stream transport over this connection (take it once).
+    net::connected_socket socket();
+
+    net::socket_address local_address() const noexcept { return impl().local_address(); }
+    net::socket_address peer_address() const noexcept { return impl().peer_address(); }
+    const connection_stats& stats() const noexcept { return impl().stats(); }
+    /// Size of the peer's receive buffers (the largest message this side may send).
+    uint32_t peer_recv_buffer_size() const noexcept { return impl().peer_params().recv_buffer_size; }
+    /// False once the connection is closed or broken.
+    bool usable() const noexcept { return _ref && impl().usable(); }
+    /// Why it is closed or broken (null while usable).
+    std::exception_ptr error() const noexcept { return impl().error(); }
+    /// Closes it now (pending operations fail).
+    void close();
+    explicit operator bool() const noexcept { return bool(_ref); }
+
+private:
+    internal::connection_impl& impl() const noexcept { return _ref->impl(); }
+    std::shared_ptr<internal::connection_ref> _ref;
+};
+
+/// Options of `listen_rc` / `listen`.
+struct listen_options {
+    /// Per-connection settings of accepted connections (default: rdma::start's).
+    std::optional<connection_options> connection;
+    /// Connect requests rdma_cm queues.
+    int backlog = 1024;
+};
+
+/// A listening endpoint on the calling shard. When several shards listen on the same address,
+/// incoming connections are spread over them (each accepted on its shard's resources).
+class listener {
+public:
+    listener() noexcept;
+    explicit listener(std::unique_ptr<internal::acceptor> a) noexcept;
+    listener(listener&&) noexcept;
+    listener& operator=(listener&&) noexcept;
+    ~listener();
+
+    /// The next connection established on this shard.
+    future<connection> accept();
+    /// Fails a pending accept and stops listening on this shard.
+    void abort_accept();
+    net::socket_address local_address() const;
+
+private:
+    std::unique_ptr<internal::acceptor> _a;
+};
+
+/// Listens on `addr` (the RDMA device's address; port 0 picks one) from the calling shard.
+/// Throws connection_error (address in use, not an RDMA address) or rdma_error (not started).
+listener listen_rc(const net::socket_address& addr, const listen_options& opts = {});
+/// Connects to `addr` from the calling shard. Fails with connection_error: rejected (no
+/// listener), unreachable, address/route resolution failed or timed out, setup timed out.
+future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts);
+/// `connect_rc` with the options given to rdma::start.
+future<connection> connect_rc(const net::socket_address& addr);
+
+/// The stream transport, shaped like TCP's: a server socket whose accepted connections are
+/// RDMA streams on the calling shard.
+net::server_socket listen(const net::socket_address& addr, const listen_options& opts = {});
+/// The stream transport: connects and yields a connected_socket (SEND/RECV with credits).
+future<net::connected_socket> connect(const net::socket_address& addr, const connection_options& opts);
+/// `connect` with the options given to rdma::start.
+future<net::connected_socket> connect(const net::socket_address& addr);
+
+} // namespace shoal::net::rdma

@@ -1,0 +1,732 @@
+// rdma_cm: listening, connecting, accepting (spread over shards), connection setup and
+// teardown of connection_impl.
+#include "net/rdma/connection_manager.hh"
+
+#include "core/log.hh"
+#include "core/smp.hh"
+#include "net/rdma/context.hh"
+#include "net/rdma/error.hh"
+#include "net/rdma/queue_pair.hh"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace shoal::net::rdma::internal {
+
+namespace {
+logger cm_log("rdma-cm");
+std::mutex g_groups_mu;
+std::unordered_map<std::string, std::shared_ptr<listener_group>> g_groups;
+std::atomic<uint64_t> g_next_acceptor{1};
+
+net::socket_address address_of(const sockaddr* sa) noexcept {
+    if (!sa) {
+        return {};
+    }
+    socklen_t len = sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    return net::socket_address(sa, len);
+}
+
+void reject(rdma_cm_id* id, const std::string& why) noexcept {
+    std::string pdata = encode_reject_reason(why);
+    rdma_reject(id, pdata.data(), uint8_t(pdata.size()));
+    rdma_destroy_id(id);
+}
+
+/// Text of an rdma_cm REJECTED status (IB CM reject reasons).
+std::string reject_text(int status) {
+    switch (status) {
+    case 8:
+        return "no listener on that address and port (invalid service id)";
+    case 28:
+        return "rejected by the peer";
+    default:
+        return "rejected (IB CM reason " + std::to_string(status) + ")";
+    }
+}
+
+std::string status_text(int status) {
+    if (status < 0) {
+        return std::strerror(-status);
+    }
+    return "status " + std::to_string(status);
+}
+} // namespace
+
+// --- listener_impl
+
+listener_impl::listener_impl(shard_context& ctx, std::shared_ptr<listener_group> g)
+    : _ctx(ctx)
+    , _group(std::move(g)) {
+    _ctx.add_listener(this);
+}
+
+listener_impl::~listener_impl() {
+    _ctx.remove_listener(this);
+}
+
+void listener_impl::destroy() noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_group->owner_shard, "RDMA listener");
+    if (_group->id) {
+        rdma_destroy_id(_group->id);
+        _group->id = nullptr;
+    }
+    _group->owner = nullptr;
+    delete this;
+}
+
+void listener_impl::on_cm_event(const cm_event& ev) noexcept {
+    if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST) {
+        if (ev.type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+            cm_log.error("the RDMA device of listener {} was removed", _group->addr.to_string());
+        }
+        return;
+    }
+    std::pair<unsigned, uint64_t> target{0, 0};
+    {
+        std::lock_guard lk(_group->mu);
+        if (!_group->members.empty()) {
+            target = _group->members[_group->next++ % _group->members.size()];
+        }
+    }
+    if (target.second == 0) {
+        reject(ev.id, "not accepting connections");
+        return;
+    }
+    if (target.first == _ctx.shard()) {
+        if (acceptor* a = find_acceptor(target.second)) {
+            a->handle_request(ev.id, ev);
+        } else {
+            reject(ev.id, "not accepting connections");
+        }
+        return;
+    }
+    // Hand the id to the target shard: its events now arrive on that shard's channel.
+    ev.id->context = nullptr;
+    if (rdma_migrate_id(ev.id, cm_channel_of(target.first)) != 0) {
+        cm_log.error("rdma_migrate_id to shard {}: {}", target.first, std::strerror(errno));
+        reject(ev.id, "internal error");
+        return;
+    }
+    (void)submit_to(target.first, [id = ev.id, ev, aid = target.second] {
+        if (acceptor* a = find_acceptor(aid)) {
+            a->handle_request(id, ev);
+        } else {
+            reject(id, "not accepting connections");
+        }
+    });
+}
+
+// --- acceptor
+
+acceptor::acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts)
+    : _ctx(&ctx)
+    , _shard(ctx.shard())
+    , _id(g_next_acceptor.fetch_add(1))
+    , _group(std::move(g))
+    , _opts(opts) {
+    _ctx->add_acceptor(this);
+}
+
+acceptor::~acceptor() {
+    if (!_closed) {
+        (void)close();
+    }
+}
+
+acceptor* find_acceptor(uint64_t id) noexcept {
+    shard_context* ctx = shard_context::local_or_null();
+    if (!ctx) {
+        return nullptr;
+    }
+    for (acceptor* a : ctx->acceptors()) {
+        if (a->id() == id) {
+            return a;
+        }
+    }
+    return nullptr;
+}
+
+future<std::shared_ptr<connection_ref>> acceptor::accept() {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA listener");
+    if (!_ready.empty()) {
+        auto ref = std::move(_ready.front());
+        _ready.pop_front();
+        return make_ready_future<std::shared_ptr<connection_ref>>(std::move(ref));
+    }
+    if (_abort || _closed) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(
+            _abort ? _abort : std::make_exception_ptr(connection_error("RDMA listener is closed")));
+    }
+    if (_waiter) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(
+            std::logic_error("accept() called while another accept() is pending"));
+    }
+    _waiter.emplace();
+    return _waiter->get_future();
+}
+
+void acceptor::abort_accept() noexcept {
+    if (!_abort) {
+        _abort = std::make_exception_ptr(connection_error("accept aborted on " + _group->addr.to_string()));
+    }
+    (void)close();
+}
+
+future<> acceptor::close() noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA listener");
+    if (_closed) {
+        return make_ready_future<>();
+    }
+    _closed = true;
+    _ctx->remove_acceptor(this);
+    if (_waiter) {
+        _waiter->set_exception(_abort ? _abort
+                                      : std::make_exception_ptr(connection_error("RDMA listener closed")));
+        _waiter.reset();
+    }
+    for (connection_impl* c : _pending) {
+        c->forget_acceptor();
+    }
+    _pending.clear();
+    _ready.clear(); // accepted but never taken: dropping the refs closes them
+    bool last = false;
+    {
+        std::lock_guard lk(g_groups_mu);
+        std::lock_guard lk2(_group->mu);
+        auto& m = _group->members;
+        m.erase(std::remove_if(m.begin(), m.end(), [this](const auto& e) { return e.second == _id; }),
+                m.end());
+        last = m.empty();
+        if (last) {
+            auto it = g_groups.find(_group->key);
+            if (it != g_groups.end() && it->second == _group) {
+                g_groups.erase(it);
+            }
+        }
+    }
+    if (!last) {
+        return make_ready_future<>();
+    }
+    auto g = _group;
+    return submit_to(g->owner_shard, [g] {
+        if (g->owner) {
+            g->owner->destroy();
+        }
+    });
+}
+
+future<> close_acceptor(acceptor* a) noexcept {
+    return a->close();
+}
+
+void acceptor::handle_request(rdma_cm_id* id, const cm_event& ev) noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA listener");
+    std::string err;
+    auto params = decode_conn_params(ev.pdata(), err);
+    if (!params) {
+        cm_log.warn("rejecting a connection to {}: {}", _group->addr.to_string(), err);
+        reject(id, err);
+        return;
+    }
+    if (_closed) {
+        reject(id, "not accepting connections");
+        return;
+    }
+    if (id->verbs != _ctx->dev().context()) {
+        reject(id, fmt::format("request arrived on RDMA device {}, this side uses {}",
+                               id->verbs ? ibv_get_device_name(id->verbs->device) : "(none)",
+                               _ctx->dev().name()));
+        return;
+    }
+    connection_impl* c = nullptr;
+    try {
+        c = new connection_impl(*_ctx, id, _opts, false);
+    } catch (const std::exception& e) {
+        cm_log.warn("rejecting a connection to {}: {}", _group->addr.to_string(), e.what());
+        reject(id, e.what());
+        return;
+    }
+    try {
+        c->accept(*params, ev, this);
+        _pending.push_back(c);
+    } catch (const std::exception& e) {
+        cm_log.warn("rejecting a connection to {}: {}", _group->addr.to_string(), e.what());
+        std::string pdata = encode_reject_reason(e.what());
+        rdma_reject(id, pdata.data(), uint8_t(pdata.size()));
+        c->close(std::make_exception_ptr(connection_error(e.what()))); // destroys the id
+    }
+}
+
+void acceptor::deliver(connection_impl* c) noexcept {
+    _pending.erase(std::remove(_pending.begin(), _pending.end(), c), _pending.end());
+    auto ref = c->make_ref();
+    if (_waiter) {
+        auto w = std::move(*_waiter);
+        _waiter.reset();
+        w.set_value(std::move(ref));
+    } else {
+        _ready.push_back(std::move(ref));
+    }
+}
+
+void acceptor::connection_failed(connection_impl* c) noexcept {
+    _pending.erase(std::remove(_pending.begin(), _pending.end(), c), _pending.end());
+}
+
+std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
+                                    int backlog) {
+    shard_context& ctx = shard_context::local();
+    auto fail = [&](const std::string& what, int err) {
+        throw connection_error(
+            fmt::format("rdma listen on {}: {}: {}", addr.to_string(), what, std::strerror(err)));
+    };
+    std::lock_guard lk(g_groups_mu);
+    std::shared_ptr<listener_group> g;
+    if (addr.port() != 0) {
+        if (auto it = g_groups.find(addr.to_string()); it != g_groups.end()) {
+            g = it->second;
+        }
+    }
+    if (!g) {
+        rdma_cm_id* id = nullptr;
+        if (rdma_create_id(ctx.cm_channel(), &id, nullptr, RDMA_PS_TCP) != 0) {
+            fail("rdma_create_id", errno);
+        }
+        if (rdma_bind_addr(id, const_cast<sockaddr*>(addr.as_sockaddr())) != 0) {
+            int e = errno;
+            rdma_destroy_id(id);
+            fail(e == EADDRNOTAVAIL || e == ENODEV ? "the address is not on an RDMA device" : "cannot bind",
+                 e);
+        }
+        if (id->verbs && id->verbs != ctx.dev().context()) {
+            std::string other = ibv_get_device_name(id->verbs->device);
+            rdma_destroy_id(id);
+            throw connection_error(
+                fmt::format("rdma listen on {}: the address belongs to RDMA device {}, but shoal "
+                            "uses {}",
+                            addr.to_string(), other, ctx.dev().name()));
+        }
+        if (rdma_listen(id, backlog) != 0) {
+            int e = errno;
+            rdma_destroy_id(id);
+            fail("rdma_listen", e);
+        }
+        g = std::make_shared<listener_group>();
+        g->id = id;
+        g->owner_shard = ctx.shard();
+        g->addr = address_of(rdma_get_local_addr(id));
+        g->key = g->addr.to_string();
+        g->owner = new listener_impl(ctx, g);
+        id->context = static_cast<cm_handler*>(g->owner);
+        g_groups[g->key] = g;
+    }
+    auto a = std::make_unique<acceptor>(ctx, g, opts);
+    std::lock_guard lk2(g->mu);
+    g->members.emplace_back(ctx.shard(), a->id());
+    return a;
+}
+
+future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& addr,
+                                                   const connection_options& opts) {
+    shard_context* ctx = shard_context::local_or_null();
+    if (!ctx) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(
+            rdma_error("RDMA is not started on shard " + std::to_string(this_shard_id()) +
+                       ": call rdma::start() first"));
+    }
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(ctx->cm_channel(), &id, nullptr, RDMA_PS_TCP) != 0) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(
+            connection_error(errno_text("rdma connect to " + addr.to_string() + ": rdma_create_id", errno)));
+    }
+    connection_impl* c = nullptr;
+    try {
+        c = new connection_impl(*ctx, id, opts, true);
+    } catch (...) {
+        rdma_destroy_id(id);
+        return make_exception_future<std::shared_ptr<connection_ref>>(std::current_exception());
+    }
+    return c->start_connect(addr);
+}
+
+// --- connection_impl: setup and teardown
+
+connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const connection_options& opts,
+                                 bool active)
+    : _ctx(&ctx)
+    , _shard(ctx.shard())
+    , _id(id)
+    , _opts(opts)
+    , _active(active)
+    , _state(active ? state::resolving : state::connecting)
+    , _depth(std::max(8u, opts.send_queue_depth))
+    , _slots(std::make_unique<send_slot[]>(_depth)) {
+    _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
+    _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 1u, max_imm_ctrl_credits);
+    _opts.signal_every = std::clamp(_opts.signal_every, 1u, _depth / 2);
+    for (unsigned i = 0; i < _depth; ++i) {
+        _slots[i].conn = this;
+    }
+    _max_inline = ctx.dev().capabilities().max_inline_data;
+    ctx.add_connection(this, _depth);
+    _in_context = true;
+    _id->context = static_cast<cm_handler*>(this);
+    _setup_timer.set_callback(
+        [this] { fail_setup(fmt::format("timed out after {} ms", _opts.connect_timeout.count())); });
+    _setup_timer.arm(_opts.connect_timeout);
+}
+
+connection_impl::~connection_impl() {
+    _setup_timer.cancel();
+    _close_timer.cancel();
+}
+
+std::shared_ptr<connection_ref> connection_impl::make_ref() {
+    ++_user_refs;
+    return std::make_shared<connection_ref>(this);
+}
+
+connection_ref::~connection_ref() {
+    _impl->release_user();
+}
+
+void connection_impl::release_user() noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (--_user_refs > 0) {
+        return;
+    }
+    if (_resources_gone) {
+        delete this;
+        return;
+    }
+    graceful_close();
+}
+
+void connection_impl::graceful_close() noexcept {
+    // Nobody holds the connection any more. Bytes already written should still reach the peer,
+    // followed by the end of the stream, before the QP goes (a bounded wait).
+    if (usable() && _stream_taken && !_fin_done_ok) {
+        _fin_requested = true;
+        _close_after_fin = true;
+        transmit();
+        _close_timer.set_callback([this] { close(closed_error()); });
+        _close_timer.arm(std::chrono::seconds(5));
+        return;
+    }
+    close(closed_error());
+}
+
+conn_params connection_impl::local_params() const noexcept {
+    conn_params p;
+    p.recv_buffer_size = uint32_t(_ctx->srq().buffer_size());
+    p.credits = uint16_t(_opts.credits);
+    p.ctrl_credits = uint16_t(_opts.ctrl_credits);
+    p.region = _opts.region;
+    return p;
+}
+
+void connection_impl::create_qp() {
+    ibv_qp_init_attr a{};
+    a.send_cq = _ctx->cq();
+    a.recv_cq = _ctx->cq();
+    a.srq = _ctx->srq().srq();
+    a.qp_type = IBV_QPT_RC;
+    a.sq_sig_all = 0;
+    a.cap.max_send_wr = _depth;
+    a.cap.max_send_sge = 1;
+    a.cap.max_recv_wr = 0;
+    a.cap.max_recv_sge = 1;
+    a.cap.max_inline_data = _max_inline;
+    if (rdma_create_qp(_id, _ctx->qp_pd(), &a) != 0) {
+        throw rdma_error(
+            errno_text(fmt::format("rdma_create_qp (send queue {}, inline {})", _depth, _max_inline), errno));
+    }
+    _qp = _id->qp;
+    _max_inline = a.cap.max_inline_data;
+    _ctx->register_qp(_qp->qp_num, this);
+    _qp_registered = true;
+    // Receives for what the peer may send right away: its credits and control credits.
+    unsigned want = _opts.credits + _opts.ctrl_credits;
+    unsigned got = _ctx->srq().reserve(want, true);
+    if (got < want) {
+        _ctx->srq().release(got);
+        // (Short: the reason travels in the reject's private data.)
+        throw connection_error(
+            fmt::format("shard {}: no receive buffers for another connection ({} of {}; pool "
+                        "at its watermark or SRQ full)",
+                        _shard, got, want));
+    }
+    _granted = _opts.credits;
+    _ctrl_granted = _opts.ctrl_credits;
+}
+
+future<std::shared_ptr<connection_ref>> connection_impl::start_connect(const net::socket_address& to) {
+    _peer_addr = to;
+    _connect_promise.emplace();
+    auto f = _connect_promise->get_future();
+    if ((to.family() == AF_INET &&
+         (ntohl(reinterpret_cast<const sockaddr_in*>(to.as_sockaddr())->sin_addr.s_addr) >> 24) == 127) ||
+        (to.family() == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(to.as_sockaddr())->sin6_addr))) {
+        fail_setup(
+            "a loopback address cannot be reached over RDMA: connect to the RDMA device's own address" +
+            (_ctx->dev().ipv4_address().empty() ? std::string() : " (" + _ctx->dev().ipv4_address() + ")"));
+        return f;
+    }
+    net::socket_address src;
+    bool have_src = false;
+    try {
+        if (!_opts.local_address.empty()) {
+            src = net::socket_address::parse(_opts.local_address, 0);
+            have_src = true;
+        } else if (!_ctx->dev().ipv4_address().empty() && to.family() == AF_INET) {
+            src = net::socket_address::parse(_ctx->dev().ipv4_address(), 0);
+            have_src = true;
+        }
+    } catch (const std::exception& e) {
+        fail_setup(std::string("bad local address: ") + e.what());
+        return f;
+    }
+    if (rdma_resolve_addr(_id, have_src ? src.as_sockaddr() : nullptr,
+                          const_cast<sockaddr*>(to.as_sockaddr()), int(_opts.resolve_timeout.count())) != 0) {
+        fail_setup(errno_text("rdma_resolve_addr", errno));
+    }
+    return f;
+}
+
+void connection_impl::accept(const conn_params& peer, const cm_event& request, acceptor* a) {
+    _peer = peer;
+    _send_credits = peer.credits;
+    _send_ctrl_credits = peer.ctrl_credits;
+    _peer_addr = address_of(rdma_get_peer_addr(_id));
+    create_qp();
+    auto pdata = encode_conn_params(local_params());
+    const auto& attr = _ctx->dev().attributes().orig_attr;
+    rdma_conn_param p{};
+    p.private_data = pdata.data();
+    p.private_data_len = uint8_t(pdata.size());
+    p.responder_resources = uint8_t(std::min<int>({request.initiator_depth, attr.max_qp_rd_atom, 16}));
+    p.initiator_depth = uint8_t(std::min<int>({request.responder_resources, attr.max_qp_init_rd_atom, 16}));
+    p.rnr_retry_count = 0; // credits make RNR impossible
+    p.retry_count = 7;
+    if (rdma_accept(_id, &p) != 0) {
+        throw connection_error(errno_text("rdma_accept", errno));
+    }
+    _acceptor = a;
+}
+
+void connection_impl::on_cm_event(const cm_event& ev) noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    cm_log.debug("connection {} ({}): {} (status {})", fmt::ptr(this), _peer_addr.to_string(),
+                 rdma_event_str(ev.type), ev.status);
+    switch (ev.type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (_id->verbs != _ctx->dev().context()) {
+            fail_setup(fmt::format("the address resolves to RDMA device {}, but shoal uses {}",
+                                   _id->verbs ? ibv_get_device_name(_id->verbs->device) : "(none)",
+                                   _ctx->dev().name()));
+        } else if (rdma_resolve_route(_id, int(_opts.resolve_timeout.count())) != 0) {
+            fail_setup(errno_text("rdma_resolve_route", errno));
+        }
+        break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+        fail_setup("address resolution failed: " + status_text(ev.status));
+        break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        try {
+            create_qp();
+            auto pdata = encode_conn_params(local_params());
+            const auto& attr = _ctx->dev().attributes().orig_attr;
+            rdma_conn_param p{};
+            p.private_data = pdata.data();
+            p.private_data_len = uint8_t(pdata.size());
+            p.responder_resources = uint8_t(std::min(attr.max_qp_rd_atom, 16));
+            p.initiator_depth = uint8_t(std::min(attr.max_qp_init_rd_atom, 16));
+            p.retry_count = 7;
+            p.rnr_retry_count = 0; // credits make RNR impossible
+            if (rdma_connect(_id, &p) != 0) {
+                throw connection_error(errno_text("rdma_connect", errno));
+            }
+            _state = state::connecting;
+        } catch (const std::exception& e) {
+            fail_setup(e.what());
+        }
+        break;
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+        fail_setup("route resolution failed: " + status_text(ev.status));
+        break;
+    case RDMA_CM_EVENT_UNREACHABLE:
+        fail_setup("peer unreachable (" + status_text(ev.status) + ")");
+        break;
+    case RDMA_CM_EVENT_REJECTED: {
+        auto reason = decode_reject_reason(ev.pdata());
+        fail_setup(reason ? "rejected by the peer: " + *reason : reject_text(ev.status));
+        break;
+    }
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+        fail_setup("connection error (" + status_text(ev.status) + ")");
+        break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+        established(ev);
+        break;
+    case RDMA_CM_EVENT_DISCONNECTED:
+        if (_state == state::established) {
+            on_disconnected();
+        } else {
+            fail_setup("disconnected during setup");
+        }
+        break;
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        close(std::make_exception_ptr(connection_closed("the RDMA device was removed")));
+        break;
+    default:
+        break;
+    }
+}
+
+void connection_impl::established(const cm_event& ev) noexcept {
+    if (_state != state::connecting) {
+        return;
+    }
+    if (_active) {
+        std::string err;
+        auto p = decode_conn_params(ev.pdata(), err);
+        if (!p) {
+            fail_setup(err);
+            return;
+        }
+        _peer = *p;
+        _send_credits += p->credits; // credits the peer may already have returned stay
+        _send_ctrl_credits += p->ctrl_credits;
+    }
+    _setup_timer.cancel();
+    _state = state::established;
+    _local_addr = address_of(rdma_get_local_addr(_id));
+    _peer_addr = address_of(rdma_get_peer_addr(_id));
+    if (_active) {
+        auto pr = std::move(*_connect_promise);
+        _connect_promise.reset();
+        pr.set_value(make_ref());
+    } else if (_acceptor) {
+        acceptor* a = std::exchange(_acceptor, nullptr);
+        a->deliver(this);
+    } else {
+        close(std::make_exception_ptr(
+            connection_closed("the listener closed before the connection was set up")));
+        return;
+    }
+    if (!_rx.empty() || _credits_to_return) {
+        need_post();
+    }
+    transmit();
+}
+
+void connection_impl::fail_setup(const std::string& why) noexcept {
+    if (_state == state::closing || _state == state::closed) {
+        return;
+    }
+    auto ex = std::make_exception_ptr(connection_error(
+        fmt::format("rdma {} {}: {}", _active ? "connect to" : "accept from", _peer_addr.to_string(), why)));
+    if (!_active) {
+        cm_log.debug("{}", fmt::format("accept from {} failed: {}", _peer_addr.to_string(), why));
+    }
+    close(ex); // fails the connect promise or tells the acceptor, with `ex`
+}
+
+void connection_impl::on_disconnected() noexcept {
+    // Take what the peer sent before it left (its data and end of stream) before closing.
+    _ctx->drain_cq();
+    close(std::make_exception_ptr(
+        connection_closed("RDMA connection to " + _peer_addr.to_string() + " closed by the peer")));
+}
+
+void connection_impl::close(std::exception_ptr why) noexcept {
+    if (_state == state::closing || _state == state::closed) {
+        return;
+    }
+    if (!_error) {
+        _error = why ? why : closed_error();
+    }
+    _setup_timer.cancel();
+    _close_timer.cancel();
+    state was = _state;
+    _state = state::closing;
+    cm_log.debug("connection {} ({}): closing: {}", fmt::ptr(this), _peer_addr.to_string(), _error);
+    if (was == state::established || was == state::connecting) {
+        rdma_disconnect(_id); // sends DREQ and moves the QP to the error state (flushes)
+        _disconnect_sent = true;
+    }
+    if (_qp) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(_qp, &attr, IBV_QP_STATE);
+    }
+    if (_connect_promise) {
+        auto pr = std::move(*_connect_promise);
+        _connect_promise.reset();
+        pr.set_exception(_error);
+    }
+    if (_acceptor) {
+        std::exchange(_acceptor, nullptr)->connection_failed(this);
+    }
+    fail_unposted();
+    fail_stream_waiters();
+    // The QP is freed at the end of this poll. Requests it executed unsignaled never complete
+    // (the error state flushes only unexecuted ones), so there is nothing to wait for: once the
+    // QP is destroyed and the CQ drained, whatever is still outstanding is retired.
+    if (!_destroy_queued) {
+        _destroy_queued = true;
+        _ctx->destroy_later(this);
+    }
+}
+
+void connection_impl::destroy_resources() noexcept {
+    if (_resources_gone) {
+        return;
+    }
+    _resources_gone = true;
+    cm_log.debug("connection {} ({}): freeing its QP and id", fmt::ptr(this), _peer_addr.to_string());
+    if (_qp_registered) {
+        _ctx->unregister_qp(_qp->qp_num);
+        _qp_registered = false;
+    }
+    if (_qp) {
+        rdma_destroy_qp(_id);
+        _qp = nullptr;
+    }
+    // No completion can name the QP now; take those already queued (receives find no owner,
+    // sends retire their slots), then retire what never completed.
+    _ctx->drain_cq();
+    while (_tail < _posted) {
+        send_slot& s = _slots[_tail % _depth];
+        ++_tail;
+        finish_slot(s, s.signaled ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS, nullptr);
+    }
+    _ctx->srq().release(_granted + _ctrl_granted);
+    _granted = _ctrl_granted = 0;
+    if (_id) {
+        _id->context = nullptr;
+        rdma_destroy_id(_id);
+        _id = nullptr;
+    }
+    // Received data and immediates stay readable until the user drops the connection.
+    _tx.clear();
+    _tx_bytes = 0;
+    _atomics.reset();
+    if (_in_context) {
+        _ctx->remove_connection(this, _depth);
+        _in_context = false;
+    }
+    _state = state::closed;
+    if (_user_refs == 0) {
+        delete this;
+    }
+}
+
+} // namespace shoal::net::rdma::internal

@@ -1,0 +1,109 @@
+#pragma once
+
+#include "core/future.hh"
+#include "net/rdma/cm_event.hh"
+#include "net/rdma/options.hh"
+#include "net/socket_address.hh"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <rdma/rdma_cma.h>
+
+namespace shoal::net::rdma {
+class shard_context;
+}
+
+namespace shoal::net::rdma::internal {
+
+class connection_impl;
+class connection_ref;
+class listener_impl;
+class acceptor;
+
+/// Every shard that listens on the same address shares one rdma_cm listening id (rdma_cm
+/// cannot bind a port twice). The id lives on the shard that listened first (the owner); each
+/// connect request goes round-robin to a member shard: its id is migrated to that shard's
+/// event channel (`rdma_migrate_id`) and the QP is built from that shard's PD, CQ and SRQ.
+struct listener_group {
+    std::mutex mu; // guards members/next (touched by every member shard; control path only)
+    std::string key;
+    net::socket_address addr;
+    unsigned owner_shard = 0;
+    rdma_cm_id* id = nullptr;
+    listener_impl* owner = nullptr;
+    std::vector<std::pair<unsigned, uint64_t>> members; // (shard, acceptor id)
+    size_t next = 0;
+};
+
+/// The handler of a group's listening id, on the owner shard.
+class listener_impl final : public cm_handler {
+public:
+    listener_impl(shard_context& ctx, std::shared_ptr<listener_group> g);
+    ~listener_impl();
+    void on_cm_event(const cm_event& ev) noexcept override;
+    /// Destroys the listening id (on the owner shard) and this object.
+    void destroy() noexcept;
+
+private:
+    shard_context& _ctx;
+    std::shared_ptr<listener_group> _group;
+};
+
+/// One shard's membership in a listener group: the connections the group sends to this shard,
+/// established and waiting for `accept()`.
+class acceptor {
+public:
+    acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts);
+    ~acceptor();
+    acceptor(const acceptor&) = delete;
+    acceptor& operator=(const acceptor&) = delete;
+
+    /// The next established connection.
+    future<std::shared_ptr<connection_ref>> accept();
+    /// Fails a pending accept and stops accepting (leaves the group).
+    void abort_accept() noexcept;
+    /// Leaves the group; resolves when the listening id is gone if this was the last member.
+    future<> close() noexcept;
+    net::socket_address local_address() const { return _group->addr; }
+    uint64_t id() const noexcept { return _id; }
+    unsigned shard() const noexcept { return _shard; }
+
+    /// A connect request routed to this shard (its id already migrated here).
+    void handle_request(rdma_cm_id* id, const cm_event& ev) noexcept;
+    /// A connection accepted here became established / failed before that.
+    void deliver(connection_impl* c) noexcept;
+    void connection_failed(connection_impl* c) noexcept;
+
+private:
+    shard_context* _ctx;
+    unsigned _shard;
+    uint64_t _id;
+    std::shared_ptr<listener_group> _group;
+    connection_options _opts;
+    std::deque<std::shared_ptr<connection_ref>> _ready;
+    std::optional<promise<std::shared_ptr<connection_ref>>> _waiter;
+    std::vector<connection_impl*> _pending;
+    bool _closed = false;
+    std::exception_ptr _abort;
+};
+
+/// Listens on `addr` from the calling shard (joining the group of the same address if another
+/// shard already listens). Throws connection_error.
+std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
+                                    int backlog);
+/// Connects from the calling shard.
+future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& addr,
+                                                   const connection_options& opts);
+/// Closes `a` (used by rdma::stop for acceptors the application did not close).
+future<> close_acceptor(acceptor* a) noexcept;
+/// The acceptor of the calling shard with this id, if it is still open.
+acceptor* find_acceptor(uint64_t id) noexcept;
+
+} // namespace shoal::net::rdma::internal

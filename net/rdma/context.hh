@@ -1,0 +1,159 @@
+#pragma once
+
+#include "core/future.hh"
+#include "net/rdma/cm_event.hh"
+#include "net/rdma/cq_poller.hh"
+#include "net/rdma/device.hh"
+#include "net/rdma/fd_watcher.hh"
+#include "net/rdma/memory_pool.hh"
+#include "net/rdma/options.hh"
+#include "net/rdma/receive_queue.hh"
+#include "net/rdma/shard_check.hh"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+namespace shoal::net::rdma {
+
+namespace internal {
+class connection_impl;
+class acceptor;
+class listener_impl;
+} // namespace internal
+
+/// Counters of a shard's RDMA context; read them on its shard.
+struct context_stats {
+    internal::cq_stats cq;        ///< completion queue and wake-ups
+    uint64_t post_send_calls = 0; ///< ibv_post_send calls (each carries a batch of requests)
+    uint64_t send_requests = 0;   ///< send work requests posted
+    uint64_t connections = 0;     ///< connections alive on the shard
+    uint64_t cm_events = 0;       ///< rdma_cm events handled
+    unsigned srq_posted = 0;      ///< receives posted in the SRQ
+    unsigned srq_committed = 0;   ///< of which promised to peers as credits
+};
+
+/// One shard's RDMA resources: a protection domain (on a thread domain / parent domain where
+/// the provider supports it, so it takes no locks), a completion queue with its channel and
+/// poller, a shared receive queue, the registered memory pool, the rdma_cm event channel and
+/// the shard's connections. Created by `rdma::start` on every shard and touched only by its
+/// shard (debug builds check).
+class shard_context final : private internal::cq_poller::hooks, private internal::receive_sink {
+public:
+    shard_context(std::shared_ptr<const device> dev, const options& opts, unsigned shard);
+    ~shard_context();
+    shard_context(const shard_context&) = delete;
+    shard_context& operator=(const shard_context&) = delete;
+
+    /// The calling shard's context; throws rdma_error when `rdma::start` has not run.
+    static shard_context& local();
+    /// The calling shard's context or null.
+    static shard_context* local_or_null() noexcept;
+
+    const device& dev() const noexcept { return *_dev; }
+    const std::shared_ptr<const device>& dev_ptr() const noexcept { return _dev; }
+    /// The protection domain memory is registered with.
+    ibv_pd* pd() const noexcept { return _pd; }
+    /// The domain QPs and the SRQ are created on (the parent domain when there is a thread
+    /// domain, else `pd()`).
+    ibv_pd* qp_pd() const noexcept { return _parent ? _parent : _pd; }
+    /// Whether this shard's resources sit on a thread domain (no provider locks).
+    bool thread_domain() const noexcept { return _parent != nullptr; }
+    ibv_cq* cq() const noexcept { return _cq->cq(); }
+    internal::shared_receive_queue& srq() noexcept { return *_srq; }
+    memory_pool& pool() noexcept { return *_pool; }
+    rdma_event_channel* cm_channel() const noexcept { return _cm; }
+    unsigned shard() const noexcept { return _shard; }
+    const options& opts() const noexcept { return _opts; }
+    context_stats stats() const noexcept;
+
+    // --- used by connections and listeners (internal)
+
+    /// Adds a connection (grows the CQ for its send queue). Throws rdma_error.
+    void add_connection(internal::connection_impl* c, unsigned send_queue_depth);
+    /// Routes receives of QP `qpn` to `c`.
+    void register_qp(uint32_t qpn, internal::connection_impl* c);
+    void unregister_qp(uint32_t qpn) noexcept;
+    /// Forgets a connection whose verbs resources are gone.
+    void remove_connection(internal::connection_impl* c, unsigned send_queue_depth) noexcept;
+    /// `c` has work requests or credits to post: done once per poll, as one list per QP.
+    void mark_dirty(internal::connection_impl* c) noexcept;
+    /// `c` could not get receive buffers for its credits: retried every poll.
+    void mark_starved(internal::connection_impl* c) noexcept;
+    /// Releases `c`'s verbs resources at the end of the current poll (never inside dispatch).
+    void destroy_later(internal::connection_impl* c) noexcept;
+    void add_acceptor(internal::acceptor* a);
+    const std::vector<internal::acceptor*>& acceptors() const noexcept { return _acceptors; }
+    void remove_acceptor(internal::acceptor* a) noexcept;
+    void add_listener(internal::listener_impl* l);
+    void remove_listener(internal::listener_impl* l) noexcept;
+    /// Polls the CQ until empty (used before tearing a connection down).
+    unsigned drain_cq() noexcept { return _cq->drain(); }
+    void count_post(unsigned requests) noexcept {
+        ++_post_send_calls;
+        _send_requests += requests;
+    }
+    bool stopping() const noexcept { return _stopping; }
+
+    /// Starts the poller and the event-channel watchers.
+    void start();
+    /// Closes listeners and connections and waits until their resources are gone.
+    future<> close_all();
+    /// Stops the poller and watchers; resolves when io_uring has let go of every fd.
+    future<> stop_watchers();
+
+private:
+    bool before_poll() noexcept override;
+    bool after_poll() noexcept override;
+    void on_receive(const ibv_wc& wc, buffer& buf) noexcept override;
+    void on_cm_readable() noexcept;
+    void reap() noexcept;
+
+    std::shared_ptr<const device> _dev;
+    options _opts;
+    unsigned _shard;
+    ibv_td* _td = nullptr;
+    ibv_pd* _pd = nullptr;
+    ibv_pd* _parent = nullptr;
+    std::unique_ptr<memory_pool> _pool;
+    std::unique_ptr<internal::cq_poller> _cq;
+    std::unique_ptr<internal::shared_receive_queue> _srq;
+    rdma_event_channel* _cm = nullptr;
+    std::unique_ptr<internal::fd_watcher> _cm_watcher;
+    std::unordered_map<uint32_t, internal::connection_impl*> _qps;
+    std::vector<internal::connection_impl*> _connections;
+    std::vector<internal::connection_impl*> _dirty;
+    std::vector<internal::connection_impl*> _starved;
+    std::vector<internal::connection_impl*> _graveyard;
+    std::vector<internal::acceptor*> _acceptors;
+    std::vector<internal::listener_impl*> _listeners;
+    unsigned _cq_reserved = 0;
+    uint64_t _post_send_calls = 0;
+    uint64_t _send_requests = 0;
+    uint64_t _cm_events = 0;
+    bool _stopping = false;
+    std::optional<promise<>> _all_closed;
+};
+
+/// Opens the RDMA device and creates every shard's context. Call once, from any shard, after
+/// the engine started. Throws (in the future) device_error when there is no usable device;
+/// the rest of the framework (TCP) is unaffected.
+future<> start(const options& opts);
+/// `start` with the default options.
+future<> start();
+/// Closes every RDMA connection and listener and destroys the shards' contexts. Buffers and
+/// connections the application still holds should be dropped first.
+future<> stop();
+/// Whether `start` has completed on the calling shard.
+bool started() noexcept;
+/// The context registry of every shard's rdma_cm channel (for migrating accepted ids).
+namespace internal {
+rdma_event_channel* cm_channel_of(unsigned shard) noexcept;
+}
+
+} // namespace shoal::net::rdma

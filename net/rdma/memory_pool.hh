@@ -1,0 +1,178 @@
+#pragma once
+
+#include "net/temporary_buffer.hh"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <infiniband/verbs.h>
+
+namespace shoal::net::rdma {
+
+class memory_pool;
+
+/// Sizing and limits of a shard's registered memory pool.
+struct pool_options {
+    /// Bytes per registered region (rounded up to a multiple of `max_buffer` and of 2 MiB).
+    size_t region_size = size_t(16) << 20;
+    /// Bytes registered when the pool is created (at least one region).
+    size_t initial_bytes = size_t(16) << 20;
+    /// Registration limit: the pool never registers more than this.
+    size_t max_bytes = size_t(256) << 20;
+    /// Smallest and largest buffer (size classes are the powers of two in between).
+    size_t min_buffer = 256;
+    size_t max_buffer = size_t(1) << 20;
+    /// Fraction of `max_bytes` in use above which optional allocations (receive windows of new
+    /// connections) are refused, so established traffic keeps its memory.
+    double high_watermark = 0.85;
+    /// Try hugepages (MAP_HUGETLB) first; fall back to normal pages with MADV_HUGEPAGE.
+    bool hugepages = true;
+};
+
+/// Counters of one pool; read them on the pool's shard.
+struct pool_stats {
+    uint64_t registered_bytes = 0;  ///< bytes in registered regions
+    uint64_t regions = 0;           ///< registered regions
+    uint64_t hugepage_regions = 0;  ///< of which backed by hugepages
+    uint64_t registrations = 0;     ///< ibv_reg_mr calls this pool made
+    uint64_t in_use_bytes = 0;      ///< capacity of the buffers handed out
+    uint64_t in_use_buffers = 0;    ///< buffers handed out
+    uint64_t peak_in_use_bytes = 0; ///< highest in_use_bytes seen
+    uint64_t allocations = 0;       ///< buffers handed out in total
+    uint64_t failures = 0;          ///< allocations refused (limit or watermark)
+    uint64_t remote_frees = 0;      ///< buffers that came home from another shard
+};
+
+namespace internal {
+/// The bookkeeping of one pool buffer; it is also the `buffer_owner` of the temporary_buffers
+/// made from it, so handing received memory to a reader allocates nothing.
+class buffer_desc final : public net::buffer_owner {
+public:
+    char* data = nullptr;
+    memory_pool* pool = nullptr;
+    buffer_desc* next_free = nullptr;
+    uint32_t lkey = 0;
+    uint16_t size_class = 0;
+    bool needs_ref = false; // the owner's count dropped to zero before; ref() before reuse
+    ~buffer_desc() override = default;
+
+private:
+    void release() noexcept override;
+};
+} // namespace internal
+
+/// A buffer of registered memory from a shard's pool (RAII, move-only). Destroying it, or the
+/// last temporary_buffer made from it, returns it to its pool, on its own shard (a buffer freed
+/// on another shard travels home).
+class buffer {
+public:
+    buffer() noexcept = default;
+    buffer(buffer&& o) noexcept
+        : _d(std::exchange(o._d, nullptr)) {}
+    buffer& operator=(buffer&& o) noexcept {
+        if (this != &o) {
+            reset();
+            _d = std::exchange(o._d, nullptr);
+        }
+        return *this;
+    }
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    ~buffer() { reset(); }
+
+    char* data() const noexcept { return _d->data; }
+    /// Usable bytes (the size class, at least what was asked for).
+    size_t capacity() const noexcept;
+    /// The local key of the registered region holding the buffer.
+    uint32_t lkey() const noexcept { return _d->lkey; }
+    explicit operator bool() const noexcept { return _d != nullptr; }
+
+    /// Gives the buffer up as a temporary_buffer of its first `length` bytes, without copying;
+    /// the memory returns to the pool when the last reference (slices included) is dropped.
+    net::temporary_buffer into_temporary_buffer(size_t length) && noexcept;
+    /// Returns the buffer to its pool now.
+    void reset() noexcept;
+
+private:
+    friend class memory_pool;
+    explicit buffer(internal::buffer_desc* d) noexcept
+        : _d(d) {}
+    internal::buffer_desc* _d = nullptr;
+};
+
+/// A shard's registered memory: a few large regions registered once (hugepages when the system
+/// has them), carved into power-of-two size classes handed out as `buffer`s. Nothing is
+/// registered on the data path: a new region is registered only when the pool grows, up to
+/// `max_bytes`. Owned and used by one shard.
+class memory_pool {
+public:
+    /// Registers `opts.initial_bytes` on `pd`. Throws rdma_error when registration fails (with
+    /// the memlock limit in the message).
+    memory_pool(ibv_pd* pd, const pool_options& opts, unsigned shard);
+    ~memory_pool();
+    memory_pool(const memory_pool&) = delete;
+    memory_pool& operator=(const memory_pool&) = delete;
+
+    /// A buffer of at least `size` bytes; throws pool_exhausted when the limit is reached or
+    /// `size` exceeds `max_buffer_size()`.
+    buffer allocate(size_t size);
+    /// Like `allocate` but returns an empty buffer instead of throwing. An `optional`
+    /// allocation is also refused above the high watermark.
+    buffer try_allocate(size_t size, bool optional = false) noexcept;
+
+    /// The largest buffer the pool hands out.
+    size_t max_buffer_size() const noexcept { return _opts.max_buffer; }
+    /// The capacity a request of `size` bytes gets.
+    size_t capacity_for(size_t size) const noexcept;
+    /// Whether in-use memory is above the high watermark.
+    bool above_high_watermark() const noexcept;
+    /// The local key when [p, p + len) lies inside one of the pool's regions.
+    std::optional<uint32_t> lkey_of(const void* p, size_t len) const noexcept;
+    const pool_stats& stats() const noexcept { return _stats; }
+    const pool_options& options() const noexcept { return _opts; }
+    unsigned shard() const noexcept { return _shard; }
+
+private:
+    friend class internal::buffer_desc;
+    friend class buffer;
+    struct region {
+        char* base = nullptr;
+        size_t size = 0;
+        size_t next_slab = 0; // offset of the first slab not yet carved
+        ibv_mr* mr = nullptr;
+        bool huge = false;
+    };
+    struct size_class {
+        size_t size = 0;
+        internal::buffer_desc* free = nullptr;
+        std::vector<std::unique_ptr<internal::buffer_desc[]>> descs;
+    };
+    unsigned class_of(size_t size) const noexcept;
+    bool add_region() noexcept;
+    bool carve_slab(size_class& c, unsigned index) noexcept;
+    void largest_class_unlink(internal::buffer_desc* d) noexcept;
+    void free_local(internal::buffer_desc* d) noexcept;
+    void free(internal::buffer_desc* d) noexcept;
+
+    ibv_pd* _pd;
+    pool_options _opts;
+    unsigned _shard;
+    std::vector<region> _regions;
+    std::vector<size_class> _classes;
+    pool_stats _stats;
+    std::string _last_error;
+};
+
+/// ibv_reg_mr calls made by shoal's RDMA layer in this process, all shards (pools, user
+/// registrations, exported regions).
+uint64_t registration_count() noexcept;
+
+namespace internal {
+/// Counts one registration (see registration_count).
+void count_registration() noexcept;
+} // namespace internal
+
+} // namespace shoal::net::rdma

@@ -1,0 +1,289 @@
+// One-sided operations of a connection and the regions they work on.
+#include "net/rdma/context.hh"
+#include "net/rdma/error.hh"
+#include "net/rdma/memory_region.hh"
+#include "net/rdma/queue_pair.hh"
+
+#include <stdexcept>
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+
+namespace shoal::net::rdma {
+
+// --- regions
+
+memory_region& memory_region::operator=(memory_region&& o) noexcept {
+    if (this != &o) {
+        deregister();
+        _mr = std::exchange(o._mr, nullptr);
+        _shard = o._shard;
+    }
+    return *this;
+}
+
+void memory_region::deregister() noexcept {
+    if (_mr) {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "memory region");
+        ibv_dereg_mr(std::exchange(_mr, nullptr));
+    }
+}
+
+local_span memory_region::span(size_t offset, size_t len) const {
+    if (offset > size() || len > size() - offset || len > UINT32_MAX) {
+        throw std::out_of_range(
+            fmt::format("span of {} bytes at offset {} of a {}-byte memory region", len, offset, size()));
+    }
+    return {data() + offset, uint32_t(len), lkey()};
+}
+
+local_span span_of(const buffer& b, size_t offset, size_t len) {
+    if (!b || offset > b.capacity() || len > b.capacity() - offset) {
+        throw std::out_of_range(fmt::format("span of {} bytes at offset {} of a {}-byte pool buffer", len,
+                                            offset, b ? b.capacity() : 0));
+    }
+    return {b.data() + offset, uint32_t(len), b.lkey()};
+}
+
+memory_region register_memory(void* addr, size_t len, access a) {
+    shard_context& ctx = shard_context::local();
+    int flags = IBV_ACCESS_LOCAL_WRITE;
+    if (has(a, access::remote_read)) {
+        flags |= IBV_ACCESS_REMOTE_READ;
+    }
+    if (has(a, access::remote_write)) {
+        flags |= IBV_ACCESS_REMOTE_WRITE;
+    }
+    if (has(a, access::remote_atomic)) {
+        flags |= IBV_ACCESS_REMOTE_ATOMIC;
+    }
+    internal::count_registration();
+    ibv_mr* mr = ibv_reg_mr(ctx.pd(), addr, len, flags);
+    if (!mr) {
+        internal::throw_errno(fmt::format("ibv_reg_mr of {} bytes at {}", len, addr), errno);
+    }
+    memory_region r;
+    r._mr = mr;
+    r._shard = ctx.shard();
+    return r;
+}
+
+exported_region export_region(void* addr, size_t len, access a) {
+    if (a == access::none) {
+        throw std::invalid_argument("export_region: grant at least one remote access right");
+    }
+    return exported_region(register_memory(addr, len, a));
+}
+
+exported_region export_region(const buffer& b, access a, size_t offset, size_t len) {
+    if (!b) {
+        throw std::invalid_argument("export_region: empty buffer");
+    }
+    if (len == size_t(-1)) {
+        len = offset <= b.capacity() ? b.capacity() - offset : 0;
+    }
+    if (offset > b.capacity() || len > b.capacity() - offset) {
+        throw std::out_of_range(fmt::format("export_region: {} bytes at offset {} of a {}-byte buffer", len,
+                                            offset, b.capacity()));
+    }
+    return export_region(b.data() + offset, len, a);
+}
+
+} // namespace shoal::net::rdma
+
+namespace shoal::net::rdma::internal {
+
+namespace {
+template <typename T = void>
+future<T> out_of_region(const char* op, uint64_t len, uint64_t offset, const remote_region& rr) {
+    return make_exception_future<T>(std::out_of_range(
+        fmt::format("RDMA {} of {} bytes at offset {} is outside the remote region of {} bytes", op, len,
+                    offset, rr.length)));
+}
+} // namespace
+
+bool connection_impl::can_issue(bool needs_credit) const noexcept {
+    return free_slots() > 1 && (!needs_credit || _send_credits > 0);
+}
+
+send_slot& connection_impl::prepare_one_sided(send_slot::op kind, const local_span& local,
+                                              const remote_region& rr, uint64_t offset) noexcept {
+    send_slot& s = next_slot();
+    s.kind = kind;
+    s.signaled = true;
+    s.sge = ibv_sge{reinterpret_cast<uintptr_t>(local.addr), local.length, local.lkey};
+    if (local.length == 0) {
+        s.wr.num_sge = 0;
+    }
+    s.wr.wr.rdma.remote_addr = rr.addr + offset;
+    s.wr.wr.rdma.rkey = rr.rkey;
+    ++_stats.one_sided_ops;
+    return s;
+}
+
+uint64_t* connection_impl::atomic_result(const send_slot& s) noexcept {
+    return reinterpret_cast<uint64_t*>(_atomics.data() + (s.seq % _depth) * sizeof(uint64_t));
+}
+
+future<> connection_impl::read(local_span dst, const remote_region& src, uint64_t offset) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    if (offset > src.length || dst.length > src.length - offset) {
+        return out_of_region("READ", dst.length, offset, src);
+    }
+    if (!can_issue(false)) {
+        return wait_space().then([this, dst, src, offset] { return read(dst, src, offset); });
+    }
+    send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);
+    s.wr.opcode = IBV_WR_RDMA_READ;
+    s.done = promise<>();
+    auto f = s.done.get_future();
+    append(s);
+    return f;
+}
+
+future<> connection_impl::write(local_span src, const remote_region& dst, uint64_t offset) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    if (offset > dst.length || src.length > dst.length - offset) {
+        return out_of_region("WRITE", src.length, offset, dst);
+    }
+    if (!can_issue(false)) {
+        return wait_space().then([this, src, dst, offset] { return write(src, dst, offset); });
+    }
+    send_slot& s = prepare_one_sided(send_slot::op::write, src, dst, offset);
+    s.wr.opcode = IBV_WR_RDMA_WRITE;
+    if (src.length <= _max_inline && src.length > 0) {
+        s.wr.send_flags |= IBV_SEND_INLINE;
+    }
+    s.done = promise<>();
+    auto f = s.done.get_future();
+    append(s);
+    return f;
+}
+
+future<> connection_impl::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
+                                         uint32_t imm) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    if (offset > dst.length || src.length > dst.length - offset) {
+        return out_of_region("WRITE_WITH_IMM", src.length, offset, dst);
+    }
+    if (!can_issue(true)) {
+        return wait_space().then(
+            [this, src, dst, offset, imm] { return write_with_imm(src, dst, offset, imm); });
+    }
+    send_slot& s = prepare_one_sided(send_slot::op::write_imm, src, dst, offset);
+    s.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    s.wr.imm_data = htonl(imm);
+    if (src.length <= _max_inline && src.length > 0) {
+        s.wr.send_flags |= IBV_SEND_INLINE;
+    }
+    --_send_credits; // it consumes one of the peer's receives
+    s.done = promise<>();
+    auto f = s.done.get_future();
+    append(s);
+    return f;
+}
+
+future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<uint64_t>(_error ? _error : closed_error());
+    }
+    if (offset > dst.length || 8 > dst.length - offset) {
+        return out_of_region<uint64_t>("FETCH_AND_ADD", 8, offset, dst);
+    }
+    if ((dst.addr + offset) % 8) {
+        return make_exception_future<uint64_t>(
+            std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
+    }
+    if (!can_issue(false)) {
+        return wait_space().then([this, dst, offset, add] { return fetch_add(dst, offset, add); });
+    }
+    if (!_atomics) {
+        _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
+        if (!_atomics) {
+            return make_exception_future<uint64_t>(pool_exhausted("no pool memory for atomic results"));
+        }
+    }
+    send_slot& s = next_slot();
+    s.kind = send_slot::op::fetch_add;
+    s.signaled = true;
+    s.sge = ibv_sge{reinterpret_cast<uintptr_t>(atomic_result(s)), 8, _atomics.lkey()};
+    s.wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    s.wr.wr.atomic.remote_addr = dst.addr + offset;
+    s.wr.wr.atomic.rkey = dst.rkey;
+    s.wr.wr.atomic.compare_add = add;
+    ++_stats.one_sided_ops;
+    s.value = promise<uint64_t>();
+    auto f = s.value.get_future();
+    append(s);
+    return f;
+}
+
+future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                               uint64_t desired) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<uint64_t>(_error ? _error : closed_error());
+    }
+    if (offset > dst.length || 8 > dst.length - offset) {
+        return out_of_region<uint64_t>("COMPARE_AND_SWAP", 8, offset, dst);
+    }
+    if ((dst.addr + offset) % 8) {
+        return make_exception_future<uint64_t>(
+            std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
+    }
+    if (!can_issue(false)) {
+        return wait_space().then(
+            [this, dst, offset, expected, desired] { return compare_swap(dst, offset, expected, desired); });
+    }
+    if (!_atomics) {
+        _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
+        if (!_atomics) {
+            return make_exception_future<uint64_t>(pool_exhausted("no pool memory for atomic results"));
+        }
+    }
+    send_slot& s = next_slot();
+    s.kind = send_slot::op::compare_swap;
+    s.signaled = true;
+    s.sge = ibv_sge{reinterpret_cast<uintptr_t>(atomic_result(s)), 8, _atomics.lkey()};
+    s.wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+    s.wr.wr.atomic.remote_addr = dst.addr + offset;
+    s.wr.wr.atomic.rkey = dst.rkey;
+    s.wr.wr.atomic.compare_add = expected;
+    s.wr.wr.atomic.swap = desired;
+    ++_stats.one_sided_ops;
+    s.value = promise<uint64_t>();
+    auto f = s.value.get_future();
+    append(s);
+    return f;
+}
+
+future<uint32_t> connection_impl::next_immediate() {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!_imm.empty()) {
+        uint32_t v = _imm.front();
+        _imm.pop_front();
+        consumed(1);
+        return make_ready_future<uint32_t>(v);
+    }
+    if (_state != state::established && _state != state::connecting) {
+        return make_exception_future<uint32_t>(_error ? _error : closed_error());
+    }
+    if (_imm_waiter) {
+        return make_exception_future<uint32_t>(
+            std::logic_error("next_immediate() called while another is pending"));
+    }
+    _imm_waiter.emplace();
+    return _imm_waiter->get_future();
+}
+
+} // namespace shoal::net::rdma::internal

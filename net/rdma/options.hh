@@ -1,0 +1,67 @@
+#pragma once
+
+#include "net/rdma/device.hh"
+#include "net/rdma/memory_pool.hh"
+#include "net/rdma/memory_region.hh"
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace shoal {
+class app;
+struct smp_options;
+} // namespace shoal
+
+namespace shoal::net::rdma {
+
+/// Per-connection settings (defaults in `options::connection`, overridable per connect/listen).
+struct connection_options {
+    /// Send work requests a connection may have outstanding (its send queue depth, >= 8).
+    unsigned send_queue_depth = 128;
+    /// Receive window: messages the peer may send before this side returns credits.
+    unsigned credits = 16;
+    /// Receives reserved for the peer's credit-only messages.
+    unsigned ctrl_credits = 2;
+    /// Every k-th send is signaled (others are unsignaled and retired by the next signaled).
+    unsigned signal_every = 16;
+    /// Bytes a stream may queue before `put` waits (back-pressure towards the writer).
+    size_t send_buffer_limit = size_t(1) << 20;
+    /// A region offered to the peer in the connect/accept private data.
+    std::optional<remote_region> region;
+    /// Source address of an outgoing connection (empty: the device's address).
+    std::string local_address;
+    /// Time allowed for address and for route resolution (each).
+    std::chrono::milliseconds resolve_timeout{2000};
+    /// Time allowed for the whole connection setup.
+    std::chrono::milliseconds connect_timeout{10000};
+};
+
+/// Everything `rdma::start` needs.
+struct options {
+    device_options device;
+    pool_options pool;
+    /// Size of every receive buffer of a shard's shared receive queue: the largest message a
+    /// peer may send to this side. Stream writes are split into pieces of at most the peer's size.
+    size_t recv_buffer_size = size_t(64) << 10;
+    /// Receives a shard's SRQ holds at most (bounds credits over all its connections).
+    unsigned srq_size = 8192;
+    /// Initial CQ entries of a shard (the CQ grows as connections are added).
+    unsigned cq_size = 4096;
+    /// Completions taken per ibv_poll_cq.
+    unsigned cq_batch = 32;
+    /// Defaults of connect/listen.
+    connection_options connection;
+};
+
+/// Declares the RDMA command-line options on `a`: --rdma-device, --rdma-address,
+/// --rdma-gid-index, --rdma-pool-mb, --rdma-recv-buffer, --rdma-credits, --nic-local.
+void add_options(app& a);
+/// Reads the options declared by `add_options` (after `a.parse`). Throws std::invalid_argument.
+options options_from(const app& a);
+/// With --nic-local: opens the chosen device, then sets `smp`'s cpuset to the CPUs local to it
+/// (see nic_local.hh). Returns whether it changed anything. Throws device_error.
+bool apply_nic_local_option(const app& a, smp_options& smp, std::string_view sysfs_root = "/sys");
+
+} // namespace shoal::net::rdma

@@ -1,0 +1,458 @@
+// The data path of a connection: the send ring with selective signaling and batched posting,
+// send completions, receives from the shard's SRQ, and credit-based flow control.
+#include "net/rdma/queue_pair.hh"
+
+#include "core/log.hh"
+#include "net/rdma/context.hh"
+#include "net/rdma/error.hh"
+
+#include <algorithm>
+#include <cstring>
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+
+namespace shoal::net::rdma::internal {
+
+namespace {
+logger qp_log("rdma");
+
+const char* op_name(send_slot::op k) noexcept {
+    switch (k) {
+    case send_slot::op::stream:
+        return "SEND";
+    case send_slot::op::ctrl:
+        return "SEND (credits)";
+    case send_slot::op::fin:
+        return "SEND (end of stream)";
+    case send_slot::op::read:
+        return "READ";
+    case send_slot::op::write:
+        return "WRITE";
+    case send_slot::op::write_imm:
+        return "WRITE_WITH_IMM";
+    case send_slot::op::fetch_add:
+        return "FETCH_AND_ADD";
+    case send_slot::op::compare_swap:
+        return "COMPARE_AND_SWAP";
+    default:
+        return "?";
+    }
+}
+} // namespace
+
+void send_slot::complete(const ibv_wc& wc) noexcept {
+    conn->on_send_complete(*this, wc);
+}
+
+std::exception_ptr connection_impl::closed_error() const {
+    return std::make_exception_ptr(
+        connection_closed("RDMA connection to " + _peer_addr.to_string() + " is closed"));
+}
+
+std::exception_ptr connection_impl::op_error(const send_slot& s, ibv_wc_status status) const {
+    if (status == IBV_WC_WR_FLUSH_ERR) {
+        return _error ? _error : closed_error();
+    }
+    std::string what;
+    bool one_sided = s.kind >= send_slot::op::read;
+    if (one_sided) {
+        what = fmt::format("RDMA {} of {} bytes at remote 0x{:x} (rkey 0x{:x}) on the connection to {}: {}",
+                           op_name(s.kind), s.sge.length,
+                           s.kind >= send_slot::op::fetch_add ? s.wr.wr.atomic.remote_addr
+                                                              : s.wr.wr.rdma.remote_addr,
+                           s.kind >= send_slot::op::fetch_add ? s.wr.wr.atomic.rkey : s.wr.wr.rdma.rkey,
+                           _peer_addr.to_string(), ibv_wc_status_str(status));
+    } else {
+        what = fmt::format("RDMA {} on the connection to {}: {}", op_name(s.kind), _peer_addr.to_string(),
+                           ibv_wc_status_str(status));
+    }
+    if (status == IBV_WC_REM_ACCESS_ERR) {
+        return std::make_exception_ptr(remote_access_error(what));
+    }
+    return std::make_exception_ptr(connection_closed(what));
+}
+
+void connection_impl::need_post() noexcept {
+    if (!_dirty && !_resources_gone) {
+        _dirty = true;
+        _ctx->mark_dirty(this);
+    }
+}
+
+send_slot& connection_impl::next_slot() noexcept {
+    send_slot& s = _slots[_head % _depth];
+    s.seq = _head;
+    s.kind = send_slot::op::free;
+    s.signaled = false;
+    s.wr = ibv_send_wr{};
+    s.wr.wr_id = wr_id_of(&s);
+    s.wr.sg_list = &s.sge;
+    s.wr.num_sge = 1;
+    s.sge = ibv_sge{};
+    return s;
+}
+
+void connection_impl::append(send_slot& s) noexcept {
+    if (!s.signaled && ++_unsignaled_run >= _opts.signal_every) {
+        s.signaled = true;
+    }
+    if (s.signaled) {
+        s.wr.send_flags |= IBV_SEND_SIGNALED;
+        _unsignaled_run = 0;
+    }
+    s.wr.next = nullptr;
+    if (_head > _posted) {
+        _slots[(_head - 1) % _depth].wr.next = &s.wr;
+    }
+    ++_head;
+    need_post();
+}
+
+void connection_impl::post_pending() noexcept {
+    _dirty = true; // appends made while posting are posted here, not queued again
+    if (_state == state::closing) {
+        fail_unposted();
+        _dirty = false;
+        return;
+    }
+    if (_state != state::established) {
+        _dirty = false;
+        return;
+    }
+    maybe_queue_ctrl();
+    if (_posted == _head) {
+        _dirty = false;
+        return;
+    }
+    // The last request of the batch is signaled when it holds memory, so that memory comes back
+    // soon; otherwise unsignaled requests are retired by the next signaled one.
+    send_slot& last = _slots[(_head - 1) % _depth];
+    bool holds = !(last.wr.send_flags & IBV_SEND_INLINE) && (last.copy || last.held);
+    if (!last.signaled && holds) {
+        last.signaled = true;
+        last.wr.send_flags |= IBV_SEND_SIGNALED;
+        _unsignaled_run = 0;
+    }
+    unsigned n = unsigned(_head - _posted);
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(_qp, &_slots[_posted % _depth].wr, &bad);
+    _ctx->count_post(n);
+    uint64_t end = _head;
+    if (rc != 0) {
+        end = _posted;
+        while (end < _head && &_slots[end % _depth].wr != bad) {
+            ++end;
+        }
+    }
+    for (uint64_t seq = _posted; seq < end; ++seq) {
+        send_slot& s = _slots[seq % _depth];
+        if (s.wr.send_flags & IBV_SEND_INLINE) {
+            s.held.reset(); // inline data was copied into the request
+            s.copy.reset();
+        }
+        ++(s.signaled ? _stats.signaled : _stats.unsignaled);
+    }
+    _posted = end;
+    _dirty = false;
+    if (rc != 0) {
+        close(std::make_exception_ptr(connection_closed(
+            errno_text("ibv_post_send on the connection to " + _peer_addr.to_string(), rc))));
+    }
+}
+
+void connection_impl::fail_unposted() noexcept {
+    while (_head > _posted) {
+        --_head;
+        send_slot& s = _slots[_head % _depth];
+        finish_slot(s, IBV_WC_WR_FLUSH_ERR, nullptr);
+    }
+}
+
+void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc*) noexcept {
+    bool ok = status == IBV_WC_SUCCESS;
+    switch (s.kind) {
+    case send_slot::op::fin:
+        // A peer that ended its own side and left no longer cares that ours ended: not an error.
+        ok = ok || _peer_fin;
+        if (ok) {
+            _fin_done_ok = true;
+        }
+        if (_fin_done) {
+            auto pr = std::move(*_fin_done);
+            _fin_done.reset();
+            if (ok) {
+                pr.set_value();
+            } else {
+                pr.set_exception(op_error(s, status));
+            }
+        }
+        if (_close_after_fin) {
+            close(closed_error());
+        }
+        break;
+    case send_slot::op::read:
+    case send_slot::op::write:
+    case send_slot::op::write_imm:
+        if (ok) {
+            s.done.set_value();
+        } else {
+            s.done.set_exception(op_error(s, status));
+        }
+        break;
+    case send_slot::op::fetch_add:
+    case send_slot::op::compare_swap:
+        if (ok) {
+            s.value.set_value(*atomic_result(s));
+        } else {
+            s.value.set_exception(op_error(s, status));
+        }
+        break;
+    default:
+        break;
+    }
+    s.copy.reset();
+    s.held.reset();
+    s.kind = send_slot::op::free;
+}
+
+void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    // Completions of one send queue arrive in order: this one retires every unsignaled request
+    // posted before it (they succeeded; after an error each request completes on its own).
+    const uint64_t target = s.seq;
+    while (_tail <= target && _tail < _posted) {
+        send_slot& t = _slots[_tail % _depth];
+        ++_tail;
+        finish_slot(t, &t == &s ? wc.status : IBV_WC_SUCCESS, &wc);
+    }
+    if (wc.status != IBV_WC_SUCCESS && _state != state::closing && _state != state::closed) {
+        if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+            qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));
+            close(op_error(s, wc.status));
+        } else {
+            close(closed_error());
+        }
+    }
+    if (_state == state::established) {
+        transmit();
+        wake_space_waiters();
+    }
+}
+
+bool connection_impl::consume_data_credit() noexcept {
+    if (_granted <= _credits_to_return) {
+        return false; // the peer sent more than it was granted
+    }
+    --_granted;
+    _ctx->srq().consumed();
+    return true;
+}
+
+void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    auto protocol_error = [&](const std::string& what) {
+        close(std::make_exception_ptr(
+            connection_closed("RDMA connection to " + _peer_addr.to_string() + ": protocol error: " + what)));
+    };
+    if (wc.status != IBV_WC_SUCCESS) {
+        if (_granted > _credits_to_return) {
+            --_granted;
+            _ctx->srq().consumed();
+        }
+        close(std::make_exception_ptr(
+            connection_closed(fmt::format("RDMA receive on the connection to {}: {}", _peer_addr.to_string(),
+                                          ibv_wc_status_str(wc.status)))));
+        return;
+    }
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        if (!consume_data_credit()) {
+            protocol_error("WRITE_WITH_IMM without a credit");
+            return;
+        }
+        ++_stats.immediates_received;
+        uint32_t v = ntohl(wc.imm_data);
+        ++_unconsumed;
+        if (_imm_waiter) {
+            auto pr = std::move(*_imm_waiter);
+            _imm_waiter.reset();
+            consumed(1);
+            pr.set_value(v);
+        } else {
+            _imm.push_back(v);
+        }
+        return; // the buffer was not used: it is reposted
+    }
+    if (wc.opcode != IBV_WC_RECV || !(wc.wc_flags & IBV_WC_WITH_IMM)) {
+        protocol_error("a message without immediate data");
+        return;
+    }
+    imm_fields f = decode_imm(ntohl(wc.imm_data));
+    _send_credits += f.credits;
+    _send_ctrl_credits += f.ctrl_credits;
+    switch (f.kind) {
+    case msg_kind::ctrl:
+        if (_ctrl_granted == 0) {
+            protocol_error("a credit message without a control credit");
+            return;
+        }
+        --_ctrl_granted;
+        _ctx->srq().consumed();
+        ++_ctrl_to_return;
+        ++_stats.ctrl_received;
+        if (_ctrl_to_return >= _opts.ctrl_credits) {
+            need_post();
+        }
+        break;
+    case msg_kind::fin:
+        if (!consume_data_credit()) {
+            protocol_error("end of stream without a credit");
+            return;
+        }
+        _peer_fin = true;
+        if (_rx.empty() && _rx_waiter) {
+            auto pr = std::move(*_rx_waiter);
+            _rx_waiter.reset();
+            if (_eof_flag) {
+                *_eof_flag = true;
+            }
+            pr.set_value(net::temporary_buffer());
+        }
+        break;
+    case msg_kind::data:
+        if (!consume_data_credit()) {
+            protocol_error("data without a credit");
+            return;
+        }
+        ++_stats.messages_received;
+        _stats.bytes_received += wc.byte_len;
+        ++_unconsumed;
+        if (_input_closed || wc.byte_len == 0) {
+            consumed(1); // nobody will read it: the buffer is reposted, the credit returned
+        } else {
+            deliver_rx(std::move(buf).into_temporary_buffer(wc.byte_len));
+        }
+        break;
+    default:
+        protocol_error("unknown message kind");
+        return;
+    }
+    if (f.credits || f.ctrl_credits) {
+        transmit();
+        wake_space_waiters();
+    }
+}
+
+void connection_impl::consumed(unsigned n) noexcept {
+    _unconsumed -= std::min(n, _unconsumed);
+    grant_credits();
+}
+
+void connection_impl::grant_credits() noexcept {
+    if (_state != state::established && _state != state::connecting) {
+        return;
+    }
+    uint32_t window = _opts.credits;
+    if (_granted + _unconsumed >= window) {
+        return;
+    }
+    uint32_t want = window - _granted - _unconsumed;
+    // Batched (a quarter window at a time: one chained SRQ post) unless the peer runs low.
+    uint32_t peer_has = _granted - _credits_to_return;
+    if (want < std::max(1u, window / 4) && peer_has > window / 2) {
+        return;
+    }
+    uint32_t got = _ctx->srq().reserve(want);
+    _granted += got;
+    _credits_to_return += got;
+    if (got < want && !_starved) {
+        _starved = true;
+        _ctx->mark_starved(this);
+    }
+    if (_credits_to_return) {
+        need_post();
+    }
+}
+
+bool connection_impl::retry_credits() noexcept {
+    if (_state != state::established) {
+        _starved = false;
+        return true;
+    }
+    uint32_t window = _opts.credits;
+    uint32_t want = _granted + _unconsumed < window ? window - _granted - _unconsumed : 0;
+    uint32_t got = want ? _ctx->srq().reserve(want) : 0;
+    _granted += got;
+    _credits_to_return += got;
+    if (_credits_to_return) {
+        need_post();
+    }
+    if (!_tx.empty()) {
+        transmit();
+    }
+    if (got < want) {
+        return false;
+    }
+    _starved = false;
+    return true;
+}
+
+uint32_t connection_impl::take_credit_returns() noexcept {
+    uint32_t c = std::min(_credits_to_return, max_imm_credits);
+    _credits_to_return -= c;
+    return c;
+}
+
+uint32_t connection_impl::take_ctrl_returns() noexcept {
+    if (_ctrl_to_return == 0) {
+        return 0;
+    }
+    // Each control message received freed its receive (reposted): promise it again.
+    uint32_t k = _ctx->srq().reserve(std::min(_ctrl_to_return, max_imm_ctrl_credits));
+    _ctrl_granted += k;
+    _ctrl_to_return -= k;
+    return k;
+}
+
+void connection_impl::maybe_queue_ctrl() noexcept {
+    if (_send_ctrl_credits == 0 || free_slots() == 0) {
+        return;
+    }
+    uint32_t window = _opts.credits;
+    uint32_t peer_has = _granted - _credits_to_return;
+    bool credits_due =
+        _credits_to_return > 0 && (_credits_to_return >= std::max(1u, window / 4) || peer_has <= window / 2);
+    bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;
+    if (!credits_due && !acks_due) {
+        return;
+    }
+    send_slot& s = next_slot();
+    s.kind = send_slot::op::ctrl;
+    s.wr.opcode = IBV_WR_SEND_WITH_IMM;
+    s.wr.num_sge = 0;
+    s.wr.sg_list = nullptr;
+    s.wr.imm_data = htonl(encode_imm({msg_kind::ctrl, take_credit_returns(), take_ctrl_returns()}));
+    --_send_ctrl_credits;
+    ++_stats.ctrl_sent;
+    append(s);
+}
+
+future<> connection_impl::wait_space() {
+    _space_waiters.emplace_back();
+    return _space_waiters.back().get_future();
+}
+
+void connection_impl::wake_space_waiters() noexcept {
+    // Waiters re-check what they need (a slot, a credit) and wait again if it is gone.
+    while (!_space_waiters.empty() && (free_slots() > 1 || !usable())) {
+        auto pr = std::move(_space_waiters.front());
+        _space_waiters.pop_front();
+        if (usable()) {
+            pr.set_value();
+        } else {
+            pr.set_exception(_error ? _error : closed_error());
+        }
+    }
+}
+
+} // namespace shoal::net::rdma::internal

@@ -1,0 +1,268 @@
+#pragma once
+
+#include "core/future.hh"
+#include "core/timer.hh"
+#include "net/rdma/cm_event.hh"
+#include "net/rdma/completion.hh"
+#include "net/rdma/memory_pool.hh"
+#include "net/rdma/memory_region.hh"
+#include "net/rdma/options.hh"
+#include "net/rdma/private_data.hh"
+#include "net/socket_address.hh"
+#include "net/temporary_buffer.hh"
+
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+namespace shoal::net::rdma {
+
+class shard_context;
+class connection;
+
+/// Counters of one connection.
+struct connection_stats {
+    uint64_t messages_sent = 0;       ///< stream messages (SEND) posted
+    uint64_t bytes_sent = 0;          ///< stream payload bytes posted
+    uint64_t inline_sends = 0;        ///< of which inline
+    uint64_t zero_copy_sends = 0;     ///< sent from the caller's registered memory
+    uint64_t copied_sends = 0;        ///< copied into a pool buffer (coalescing small writes)
+    uint64_t messages_received = 0;   ///< stream messages received
+    uint64_t bytes_received = 0;      ///< stream payload bytes received
+    uint64_t ctrl_sent = 0;           ///< credit-only messages sent
+    uint64_t ctrl_received = 0;       ///< credit-only messages received
+    uint64_t credit_stalls = 0;       ///< times sending stopped for lack of credits
+    uint64_t signaled = 0;            ///< signaled send requests
+    uint64_t unsignaled = 0;          ///< unsignaled send requests
+    uint64_t one_sided_ops = 0;       ///< READ/WRITE/atomics posted
+    uint64_t immediates_received = 0; ///< WRITE_WITH_IMM events received
+};
+
+namespace internal {
+
+class connection_impl;
+class acceptor;
+
+/// The user's hold on a connection: the connection lives while a ref does (or until it breaks);
+/// dropping the last one closes it.
+class connection_ref {
+public:
+    explicit connection_ref(connection_impl* impl) noexcept
+        : _impl(impl) {}
+    ~connection_ref();
+    connection_ref(const connection_ref&) = delete;
+    connection_ref& operator=(const connection_ref&) = delete;
+    connection_impl& impl() const noexcept { return *_impl; }
+
+private:
+    connection_impl* _impl;
+};
+
+/// One send work request and what it holds until it completes. Its address is the request's
+/// wr_id; a signaled completion retires it and every unsignaled request posted before it.
+struct send_slot final : completion_handler {
+    enum class op : uint8_t { free, stream, ctrl, fin, read, write, write_imm, fetch_add, compare_swap };
+    connection_impl* conn = nullptr;
+    uint64_t seq = 0;
+    op kind = op::free;
+    bool signaled = false;
+    ibv_send_wr wr{};
+    ibv_sge sge{};
+    buffer copy;                // pool copy of stream bytes
+    net::temporary_buffer held; // caller memory sent in place
+    promise<> done;             // READ / WRITE / WRITE_WITH_IMM
+    promise<uint64_t> value;    // atomics: the previous value
+    void complete(const ibv_wc& wc) noexcept override;
+};
+
+/// An RC queue pair on a shard with everything that runs over it: the send ring (selective
+/// signaling, batched posting), credit-based flow control over the shard's SRQ, the stream
+/// transport's queues, one-sided operations and the WRITE_WITH_IMM event stream. Also the
+/// handler of its rdma_cm id's events. Created and used on one shard.
+class connection_impl final : public cm_handler {
+public:
+    connection_impl(shard_context& ctx, rdma_cm_id* id, const connection_options& opts, bool active);
+    ~connection_impl();
+    connection_impl(const connection_impl&) = delete;
+    connection_impl& operator=(const connection_impl&) = delete;
+
+    // --- setup (connection_manager.cc)
+    /// Active side: resolves, connects; the future yields the connection once established.
+    future<std::shared_ptr<connection_ref>> start_connect(const net::socket_address& to);
+    /// Passive side: creates the QP for a request carrying `peer` and accepts it; once
+    /// established the connection is handed to `a`. Throws (the caller rejects).
+    void accept(const conn_params& peer, const cm_event& request, acceptor* a);
+    void on_cm_event(const cm_event& ev) noexcept override;
+    /// The acceptor went away before the connection was established.
+    void forget_acceptor() noexcept { _acceptor = nullptr; }
+
+    // --- state
+    bool usable() const noexcept { return _state == state::established && !_error; }
+    bool closed() const noexcept { return _state == state::closed; }
+    std::exception_ptr error() const noexcept { return _error; }
+    const std::optional<remote_region>& peer_region() const noexcept { return _peer.region; }
+    const conn_params& peer_params() const noexcept { return _peer; }
+    net::socket_address local_address() const noexcept { return _local_addr; }
+    net::socket_address peer_address() const noexcept { return _peer_addr; }
+    const connection_stats& stats() const noexcept { return _stats; }
+    unsigned shard() const noexcept { return _shard; }
+    uint32_t qp_num() const noexcept { return _qp ? _qp->qp_num : 0; }
+    /// Closes the connection (disconnect, flush, free); pending operations fail with `why`.
+    void close(std::exception_ptr why) noexcept;
+    /// A user ref was dropped.
+    void release_user() noexcept;
+    std::shared_ptr<connection_ref> make_ref();
+
+    // --- data path (queue_pair.cc)
+    void post_pending() noexcept;
+    void on_send_complete(send_slot& s, const ibv_wc& wc) noexcept;
+    /// A receive of this QP completed; returns with `buf` taken when the data went to a reader.
+    void on_receive(const ibv_wc& wc, buffer& buf) noexcept;
+    /// Retries getting receive buffers for credits owed to the peer; true when satisfied.
+    bool retry_credits() noexcept;
+    /// Frees the QP and the id (at the end of a poll); deletes this when no user holds it.
+    void destroy_resources() noexcept;
+
+    // --- one-sided (one_sided.cc)
+    future<> read(local_span dst, const remote_region& src, uint64_t offset);
+    future<> write(local_span src, const remote_region& dst, uint64_t offset);
+    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
+    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
+    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                  uint64_t desired);
+    future<uint32_t> next_immediate();
+
+    // --- stream (stream.cc)
+    future<net::temporary_buffer> stream_get();
+    future<> stream_put(net::temporary_buffer buf);
+    future<> stream_flush();
+    future<> stream_close_output();
+    void stream_shutdown_input() noexcept;
+    size_t stream_piece_size() const noexcept;
+
+private:
+    friend struct send_slot;
+    enum class state : uint8_t { resolving, connecting, established, closing, closed };
+
+    // setup helpers (connection_manager.cc)
+    void create_qp();
+    conn_params local_params() const noexcept;
+    void fail_setup(const std::string& why) noexcept;
+    void graceful_close() noexcept;
+    void established(const cm_event& ev) noexcept;
+    void on_disconnected() noexcept;
+
+    // send ring (queue_pair.cc)
+    unsigned free_slots() const noexcept { return unsigned(_depth - (_head - _tail)); }
+    send_slot& next_slot() noexcept;
+    void append(send_slot& s) noexcept;
+    void finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc* wc) noexcept;
+    void fail_unposted() noexcept;
+    void maybe_queue_ctrl() noexcept;
+    uint32_t take_credit_returns() noexcept;
+    uint32_t take_ctrl_returns() noexcept;
+    bool consume_data_credit() noexcept;
+    void consumed(unsigned n) noexcept;
+    void grant_credits() noexcept;
+    void wake_space_waiters() noexcept;
+    future<> wait_space();
+    void break_with(std::exception_ptr ex) noexcept;
+    std::exception_ptr op_error(const send_slot& s, ibv_wc_status status) const;
+    std::exception_ptr closed_error() const;
+    void need_post() noexcept;
+
+    // one-sided helpers (one_sided.cc)
+    bool can_issue(bool needs_credit) const noexcept;
+    send_slot& prepare_one_sided(send_slot::op kind, const local_span& local, const remote_region& rr,
+                                 uint64_t offset) noexcept;
+    uint64_t* atomic_result(const send_slot& s) noexcept;
+
+    // stream helpers (stream.cc)
+    void transmit() noexcept;
+    bool build_data_message() noexcept;
+    void deliver_rx(net::temporary_buffer buf) noexcept;
+    void fail_stream_waiters() noexcept;
+
+    shard_context* _ctx;
+    unsigned _shard;
+    rdma_cm_id* _id;
+    ibv_qp* _qp = nullptr;
+    connection_options _opts;
+    bool _active;
+    state _state;
+    std::exception_ptr _error;
+    conn_params _peer;
+    net::socket_address _local_addr;
+    net::socket_address _peer_addr;
+    connection_stats _stats;
+    unsigned _user_refs = 0;
+    bool _qp_registered = false;
+    bool _in_context = false;
+    bool _destroy_queued = false;
+    bool _resources_gone = false;
+    bool _dirty = false;
+    bool _starved = false;
+    bool _disconnect_sent = false;
+
+    // setup
+    std::optional<promise<std::shared_ptr<connection_ref>>> _connect_promise;
+    acceptor* _acceptor = nullptr;
+    timer<> _setup_timer;
+    timer<> _close_timer;
+    bool _close_after_fin = false;
+
+    // send ring: slots [_tail, _posted) are posted, [_posted, _head) wait for post_pending
+    unsigned _depth;
+    std::unique_ptr<send_slot[]> _slots;
+    uint64_t _head = 0;
+    uint64_t _posted = 0;
+    uint64_t _tail = 0;
+    unsigned _unsignaled_run = 0;
+    uint32_t _max_inline = 0;
+    std::deque<promise<>> _space_waiters;
+    buffer _atomics; // 8 bytes per slot for atomic results
+
+    // credits: what we may send
+    uint32_t _send_credits = 0;
+    uint32_t _send_ctrl_credits = 0;
+    // credits: what the peer may send (receives reserved in the SRQ for it)
+    uint32_t _granted = 0;      // data credits reserved for the peer (incl. not yet returned)
+    uint32_t _ctrl_granted = 0; // control credits reserved for the peer
+    uint32_t _credits_to_return = 0;
+    uint32_t _ctrl_to_return = 0; // control messages received whose credit is not returned yet
+    uint32_t _unconsumed = 0;     // messages/events received and not yet taken by the user
+
+    // stream receive side
+    std::deque<net::temporary_buffer> _rx;
+    std::optional<promise<net::temporary_buffer>> _rx_waiter;
+    bool _peer_fin = false;
+    bool _input_closed = false;
+    bool _stream_taken = false;
+
+    // stream send side
+    std::deque<net::temporary_buffer> _tx;
+    size_t _tx_bytes = 0;
+    std::deque<promise<>> _put_waiters;
+    bool _fin_requested = false;
+    bool _fin_posted = false;
+    std::optional<promise<>> _fin_done;
+    bool _fin_done_ok = false;
+    bool* _eof_flag = nullptr; // the stream source's end-of-stream flag
+
+    // WRITE_WITH_IMM events
+    std::deque<uint32_t> _imm;
+    std::optional<promise<uint32_t>> _imm_waiter;
+
+    friend class acceptor;
+    friend class stream_source;
+    friend class ::shoal::net::rdma::connection;
+};
+
+} // namespace internal
+} // namespace shoal::net::rdma

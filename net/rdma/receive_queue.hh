@@ -1,0 +1,74 @@
+#pragma once
+
+#include "net/rdma/completion.hh"
+#include "net/rdma/memory_pool.hh"
+
+#include <cstdint>
+#include <memory>
+
+#include <infiniband/verbs.h>
+
+namespace shoal::net::rdma::internal {
+
+/// Where the shared receive queue hands each received message.
+class receive_sink {
+public:
+    /// A receive completed (any status). The sink may take `buf` (the data stays with the
+    /// reader, zero-copy); if it leaves it, the receive queue reposts or frees it.
+    virtual void on_receive(const ibv_wc& wc, buffer& buf) noexcept = 0;
+
+protected:
+    ~receive_sink() = default;
+};
+
+/// A shard's shared receive queue (SRQ): every connection of the shard receives into it, all
+/// buffers the same size. It enforces the invariant behind credit-based flow control:
+/// receives posted >= receives promised to peers ("committed"), so a peer that sends only with
+/// credits never finds the queue empty (no RNR; QPs use rnr_retry = 0).
+class shared_receive_queue {
+public:
+    /// Creates an SRQ of `max_wr` receives of `buffer_size` bytes on `pd`. Throws rdma_error.
+    shared_receive_queue(ibv_pd* pd, memory_pool& pool, unsigned max_wr, size_t buffer_size,
+                         receive_sink& sink);
+    ~shared_receive_queue();
+    shared_receive_queue(const shared_receive_queue&) = delete;
+    shared_receive_queue& operator=(const shared_receive_queue&) = delete;
+
+    ibv_srq* srq() const noexcept { return _srq; }
+    size_t buffer_size() const noexcept { return _buffer_size; }
+    unsigned capacity() const noexcept { return _max_wr; }
+    unsigned posted() const noexcept { return _posted; }
+    unsigned committed() const noexcept { return _committed; }
+
+    /// Promises up to `n` more receives to a peer, posting new buffers as needed; returns how
+    /// many were promised (fewer when the pool or the queue is full). `optional` promises are
+    /// refused above the pool's high watermark.
+    unsigned reserve(unsigned n, bool optional = false) noexcept;
+    /// Withdraws `n` promises that will not be used (a connection went away).
+    void release(unsigned n) noexcept;
+    /// A promised receive was consumed by a message.
+    void consumed() noexcept { --_committed; }
+
+private:
+    struct slot final : completion_handler {
+        shared_receive_queue* q = nullptr;
+        slot* next_free = nullptr;
+        buffer buf;
+        void complete(const ibv_wc& wc) noexcept override { q->on_complete(*this, wc); }
+    };
+    void on_complete(slot& s, const ibv_wc& wc) noexcept;
+    unsigned post_new(unsigned n, bool optional) noexcept;
+    bool post(slot& s) noexcept;
+
+    ibv_srq* _srq = nullptr;
+    memory_pool& _pool;
+    unsigned _max_wr;
+    size_t _buffer_size;
+    receive_sink& _sink;
+    std::unique_ptr<slot[]> _slots;
+    slot* _free = nullptr;
+    unsigned _posted = 0;
+    unsigned _committed = 0;
+};
+
+} // namespace shoal::net::rdma::internal

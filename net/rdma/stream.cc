@@ -1,0 +1,405 @@
+// The stream transport over a connection, and the public connection/listener API.
+#include "net/rdma/stream.hh"
+
+#include "net/rdma/connection_manager.hh"
+#include "net/rdma/context.hh"
+#include "net/rdma/error.hh"
+
+#include <cstring>
+
+#include <arpa/inet.h>
+
+namespace shoal::net::rdma {
+
+namespace internal {
+
+// --- connection_impl: stream side
+
+size_t connection_impl::stream_piece_size() const noexcept {
+    size_t peer = _peer.recv_buffer_size ? _peer.recv_buffer_size : 4096;
+    return _ctx && !_resources_gone ? std::min(peer, _ctx->pool().max_buffer_size()) : peer;
+}
+
+void connection_impl::deliver_rx(net::temporary_buffer buf) noexcept {
+    if (_rx_waiter && _rx.empty()) {
+        auto pr = std::move(*_rx_waiter);
+        _rx_waiter.reset();
+        consumed(1);
+        pr.set_value(std::move(buf));
+        return;
+    }
+    _rx.push_back(std::move(buf));
+}
+
+future<net::temporary_buffer> connection_impl::stream_get() {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!_rx.empty()) {
+        net::temporary_buffer b = std::move(_rx.front());
+        _rx.pop_front();
+        consumed(1);
+        return make_ready_future<net::temporary_buffer>(std::move(b));
+    }
+    if (_peer_fin || _input_closed) {
+        if (_eof_flag) {
+            *_eof_flag = true;
+        }
+        return make_ready_future<net::temporary_buffer>();
+    }
+    if (_state != state::established && _state != state::connecting) {
+        return make_exception_future<net::temporary_buffer>(_error ? _error : closed_error());
+    }
+    if (_rx_waiter) {
+        return make_exception_future<net::temporary_buffer>(
+            std::logic_error("RDMA stream: read while another read is pending"));
+    }
+    _rx_waiter.emplace();
+    return _rx_waiter->get_future();
+}
+
+void connection_impl::stream_shutdown_input() noexcept {
+    _input_closed = true;
+    unsigned n = unsigned(_rx.size());
+    _rx.clear();
+    if (n) {
+        consumed(n);
+    }
+    if (_rx_waiter) {
+        auto pr = std::move(*_rx_waiter);
+        _rx_waiter.reset();
+        if (_eof_flag) {
+            *_eof_flag = true;
+        }
+        pr.set_value(net::temporary_buffer());
+    }
+}
+
+future<> connection_impl::stream_put(net::temporary_buffer buf) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    if (_fin_requested) {
+        return make_exception_future<>(std::logic_error("RDMA stream: write after close"));
+    }
+    if (buf.empty()) {
+        return make_ready_future<>();
+    }
+    _tx_bytes += buf.size();
+    _tx.push_back(std::move(buf));
+    transmit();
+    if (_tx_bytes <= _opts.send_buffer_limit) {
+        return make_ready_future<>();
+    }
+    _put_waiters.emplace_back();
+    return _put_waiters.back().get_future();
+}
+
+future<> connection_impl::stream_flush() {
+    // What was put is the transport's now: queued bytes leave as credits allow (bounded by
+    // send_buffer_limit through `put`), like bytes in a kernel socket buffer. Not waiting here
+    // is what lets small writes that meet a full send window coalesce into one message.
+    if (_tx.empty() || usable()) {
+        return make_ready_future<>();
+    }
+    return make_exception_future<>(_error ? _error : closed_error());
+}
+
+future<> connection_impl::stream_close_output() {
+    if (_fin_done_ok) {
+        return make_ready_future<>();
+    }
+    if (!usable()) {
+        // The peer ended its side and left: nothing of ours is lost by not telling it we end.
+        if (_peer_fin && _tx.empty()) {
+            return make_ready_future<>();
+        }
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    _fin_requested = true;
+    if (!_fin_done) {
+        _fin_done.emplace();
+    } else {
+        return make_exception_future<>(std::logic_error("RDMA stream: close while another close is pending"));
+    }
+    auto f = _fin_done->get_future();
+    transmit();
+    return f;
+}
+
+void connection_impl::fail_stream_waiters() noexcept {
+    std::exception_ptr ex = _error ? _error : closed_error();
+    if (_rx_waiter) {
+        auto pr = std::move(*_rx_waiter);
+        _rx_waiter.reset();
+        if (_peer_fin && _rx.empty()) {
+            if (_eof_flag) {
+                *_eof_flag = true;
+            }
+            pr.set_value(net::temporary_buffer());
+        } else {
+            pr.set_exception(ex);
+        }
+    }
+    if (_imm_waiter) {
+        auto pr = std::move(*_imm_waiter);
+        _imm_waiter.reset();
+        pr.set_exception(ex);
+    }
+    for (auto& w : _put_waiters) {
+        w.set_exception(ex);
+    }
+    _put_waiters.clear();
+    if (_fin_done && !_fin_posted) {
+        auto pr = std::move(*_fin_done);
+        _fin_done.reset();
+        pr.set_exception(ex);
+    }
+    for (auto& w : _space_waiters) {
+        w.set_exception(ex);
+    }
+    _space_waiters.clear();
+}
+
+void connection_impl::transmit() noexcept {
+    if (!usable()) {
+        return;
+    }
+    bool stalled = false;
+    while (!_tx.empty()) {
+        if (_send_credits == 0) {
+            stalled = true;
+            break;
+        }
+        if (free_slots() <= 1 || !build_data_message()) {
+            break;
+        }
+    }
+    if (stalled) {
+        ++_stats.credit_stalls;
+    }
+    if (_tx.empty() && _fin_requested && !_fin_posted && _send_credits > 0 && free_slots() > 1) {
+        send_slot& s = next_slot();
+        s.kind = send_slot::op::fin;
+        s.signaled = true;
+        s.wr.opcode = IBV_WR_SEND_WITH_IMM;
+        s.wr.num_sge = 0;
+        s.wr.sg_list = nullptr;
+        s.wr.imm_data = htonl(encode_imm({msg_kind::fin, take_credit_returns(), take_ctrl_returns()}));
+        --_send_credits;
+        _fin_posted = true;
+        append(s);
+    }
+    if (_tx_bytes <= _opts.send_buffer_limit && !_put_waiters.empty()) {
+        for (auto& w : _put_waiters) {
+            w.set_value();
+        }
+        _put_waiters.clear();
+    }
+}
+
+bool connection_impl::build_data_message() noexcept {
+    const size_t limit = stream_piece_size();
+    net::temporary_buffer& front = _tx.front();
+    memory_pool& pool = _ctx->pool();
+    send_slot& s = next_slot();
+    s.kind = send_slot::op::stream;
+    s.wr.opcode = IBV_WR_SEND_WITH_IMM;
+    size_t n = 0;
+    std::optional<uint32_t> lkey;
+    if (front.size() > _max_inline && (lkey = pool.lkey_of(front.get(), std::min(front.size(), limit)))) {
+        // Registered memory (e.g. a received buffer echoed back): sent in place.
+        n = std::min(front.size(), limit);
+        s.held = front.share(0, n);
+        front.trim_front(n);
+        if (front.empty()) {
+            _tx.pop_front();
+        }
+        s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.held.get()), uint32_t(n), *lkey};
+        ++_stats.zero_copy_sends;
+    } else if (front.size() <= _max_inline &&
+               (_tx.size() == 1 || front.size() + _tx[1].size() > _max_inline)) {
+        // Small: inline, straight from the caller's memory (copied by the post itself).
+        n = front.size();
+        s.held = std::move(front);
+        _tx.pop_front();
+        s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.held.get()), uint32_t(n), 0};
+        s.wr.send_flags |= IBV_SEND_INLINE;
+        ++_stats.inline_sends;
+    } else {
+        // Copied into a pool buffer: one piece of a large write, or small writes coalesced.
+        n = std::min(_tx_bytes, limit);
+        s.copy = pool.try_allocate(n);
+        if (!s.copy) {
+            if (!_starved) {
+                _starved = true;
+                _ctx->mark_starved(this); // retried when memory comes back
+            }
+            return false;
+        }
+        size_t off = 0;
+        while (off < n) {
+            net::temporary_buffer& b = _tx.front();
+            size_t k = std::min(b.size(), n - off);
+            std::memcpy(s.copy.data() + off, b.get(), k);
+            off += k;
+            if (k == b.size()) {
+                _tx.pop_front();
+            } else {
+                b.trim_front(k);
+            }
+        }
+        s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.copy.data()), uint32_t(n), s.copy.lkey()};
+        if (n <= _max_inline) {
+            s.wr.send_flags |= IBV_SEND_INLINE;
+            ++_stats.inline_sends;
+        }
+        ++_stats.copied_sends;
+    }
+    _tx_bytes -= n;
+    s.wr.imm_data = htonl(encode_imm({msg_kind::data, take_credit_returns(), take_ctrl_returns()}));
+    --_send_credits;
+    ++_stats.messages_sent;
+    _stats.bytes_sent += n;
+    append(s);
+    if (n >= 16384) {
+        // Large piece: post it now so the copy of the next piece overlaps its transmission.
+        post_pending();
+    }
+    return true;
+}
+
+// --- stream objects
+
+stream_source::stream_source(std::shared_ptr<connection_ref> ref)
+    : _ref(std::move(ref)) {
+    _ref->impl()._eof_flag = &_eof;
+}
+
+stream_source::~stream_source() {
+    if (_ref->impl()._eof_flag == &_eof) {
+        _ref->impl()._eof_flag = nullptr;
+    }
+}
+
+future<net::temporary_buffer> stream_source::get() {
+    return _ref->impl().stream_get();
+}
+
+future<> stream_source::close() {
+    _ref->impl().stream_shutdown_input();
+    return make_ready_future<>();
+}
+
+future<> stream_sink::put(net::temporary_buffer buf) {
+    return _ref->impl().stream_put(std::move(buf));
+}
+
+future<> stream_sink::flush() {
+    return _ref->impl().stream_flush();
+}
+
+future<> stream_sink::close() {
+    return _ref->impl().stream_close_output();
+}
+
+size_t stream_sink::buffer_size_hint() const noexcept {
+    return _ref->impl().stream_piece_size();
+}
+
+std::unique_ptr<net::data_source_impl> stream_socket::source() {
+    return std::make_unique<stream_source>(_ref);
+}
+
+std::unique_ptr<net::data_sink_impl> stream_socket::sink() {
+    return std::make_unique<stream_sink>(_ref);
+}
+
+void stream_socket::shutdown_input() {
+    _ref->impl().stream_shutdown_input();
+}
+
+void stream_socket::shutdown_output() {
+    (void)_ref->impl().stream_close_output().handle_exception([](std::exception_ptr) {});
+}
+
+net::socket_address stream_socket::local_address() const {
+    return _ref->impl().local_address();
+}
+
+net::socket_address stream_socket::peer_address() const {
+    return _ref->impl().peer_address();
+}
+
+future<net::accept_result> stream_server_socket::accept() {
+    return _l.accept().then([](connection c) {
+        auto addr = c.peer_address();
+        return net::accept_result{c.socket(), addr};
+    });
+}
+
+} // namespace internal
+
+// --- public API
+
+net::connected_socket connection::socket() {
+    auto& c = impl();
+    if (c._stream_taken) {
+        throw std::logic_error("connection::socket(): the stream of this connection was already taken");
+    }
+    c._stream_taken = true;
+    return net::connected_socket(std::make_shared<internal::stream_socket>(_ref));
+}
+
+void connection::close() {
+    impl().close(nullptr);
+}
+
+listener::listener() noexcept = default;
+listener::listener(std::unique_ptr<internal::acceptor> a) noexcept
+    : _a(std::move(a)) {}
+listener::listener(listener&&) noexcept = default;
+listener& listener::operator=(listener&&) noexcept = default;
+listener::~listener() = default;
+
+future<connection> listener::accept() {
+    return _a->accept().then(
+        [](std::shared_ptr<internal::connection_ref> ref) { return connection(std::move(ref)); });
+}
+
+void listener::abort_accept() {
+    _a->abort_accept();
+}
+
+net::socket_address listener::local_address() const {
+    return _a->local_address();
+}
+
+listener listen_rc(const net::socket_address& addr, const listen_options& opts) {
+    shard_context& ctx = shard_context::local();
+    return listener(internal::listen_on(addr, opts.connection.value_or(ctx.opts().connection), opts.backlog));
+}
+
+future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts) {
+    return internal::connect_to(addr, opts).then([](std::shared_ptr<internal::connection_ref> ref) {
+        return connection(std::move(ref));
+    });
+}
+
+future<connection> connect_rc(const net::socket_address& addr) {
+    shard_context* ctx = shard_context::local_or_null();
+    return connect_rc(addr, ctx ? ctx->opts().connection : connection_options{});
+}
+
+net::server_socket listen(const net::socket_address& addr, const listen_options& opts) {
+    return net::server_socket(std::make_unique<internal::stream_server_socket>(listen_rc(addr, opts)));
+}
+
+future<net::connected_socket> connect(const net::socket_address& addr, const connection_options& opts) {
+    return connect_rc(addr, opts).then([](connection c) { return c.socket(); });
+}
+
+future<net::connected_socket> connect(const net::socket_address& addr) {
+    return connect_rc(addr).then([](connection c) { return c.socket(); });
+}
+
+} // namespace shoal::net::rdma

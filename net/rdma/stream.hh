@@ -1,0 +1,76 @@
+#pragma once
+
+// The RDMA stream transport: implementations of the transport-neutral stream interfaces of
+// net/stream.hh over a connection (SEND/RECV with credits; see docs/rdma.md). Users reach it
+// through rdma::connect / rdma::listen (connection.hh) or connection::socket().
+
+#include "net/rdma/connection.hh"
+#include "net/stream.hh"
+
+#include <memory>
+
+namespace shoal::net::rdma::internal {
+
+/// Reads what the peer sent: each received buffer is handed over without a copy and returns to
+/// the pool when the reader drops it.
+class stream_source final : public net::data_source_impl {
+public:
+    explicit stream_source(std::shared_ptr<connection_ref> ref);
+    ~stream_source() override;
+    future<net::temporary_buffer> get() override;
+    future<> close() override;
+
+private:
+    std::shared_ptr<connection_ref> _ref;
+};
+
+/// Sends bytes as messages of at most the peer's receive size, within the peer's credits.
+class stream_sink final : public net::data_sink_impl {
+public:
+    explicit stream_sink(std::shared_ptr<connection_ref> ref) noexcept
+        : _ref(std::move(ref)) {}
+    future<> put(net::temporary_buffer buf) override;
+    future<> flush() override;
+    future<> close() override;
+    size_t buffer_size_hint() const noexcept override;
+
+private:
+    std::shared_ptr<connection_ref> _ref;
+};
+
+/// A connected_socket over an RDMA connection.
+class stream_socket final : public net::connected_socket_impl {
+public:
+    explicit stream_socket(std::shared_ptr<connection_ref> ref) noexcept
+        : _ref(std::move(ref)) {}
+    std::unique_ptr<net::data_source_impl> source() override;
+    std::unique_ptr<net::data_sink_impl> sink() override;
+    void shutdown_input() override;
+    void shutdown_output() override;
+    void set_nodelay(bool on) override { _nodelay = on; }
+    bool get_nodelay() const override { return _nodelay; }
+    void set_keepalive(bool on) override { _keepalive = on; }
+    bool get_keepalive() const override { return _keepalive; }
+    net::socket_address local_address() const override;
+    net::socket_address peer_address() const override;
+
+private:
+    std::shared_ptr<connection_ref> _ref;
+    bool _nodelay = true; // sends are never delayed (coalescing happens only without credits)
+    bool _keepalive = false;
+};
+
+/// A server_socket whose connections are RDMA streams.
+class stream_server_socket final : public net::server_socket_impl {
+public:
+    explicit stream_server_socket(listener l) noexcept
+        : _l(std::move(l)) {}
+    future<net::accept_result> accept() override;
+    void abort_accept() override { _l.abort_accept(); }
+    net::socket_address local_address() const override { return _l.local_address(); }
+
+private:
+    listener _l;
+};
+
+} // namespace shoal::net::rdma::internal

@@ -1,0 +1,214 @@
+// One-sided operations (Soft-RoCE guest): READ/WRITE/atomics into exported regions, batching,
+// WRITE then WRITE_WITH_IMM ordering, remote access errors breaking only their connection,
+// revocation, and no registration while data flows.
+#include "rdma_test_util.hh"
+
+#include "core/timer.hh"
+
+using namespace shoal;
+using namespace shoal::rdma_test;
+
+namespace {
+constexpr auto all_access =
+    rdma::access::remote_read | rdma::access::remote_write | rdma::access::remote_atomic;
+}
+
+TEST(one_sided, read_write_atomics_batching_and_imm_ordering) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        auto& ctx = rdma::shard_context::local();
+        rdma::buffer mem = ctx.pool().allocate(65536);
+        std::memset(mem.data(), 0, 65536);
+        rdma::exported_region exported = rdma::export_region(mem, all_access);
+        rdma::listen_options lo;
+        lo.connection = ctx.opts().connection;
+        lo.connection->region = exported.descriptor();
+        rdma::listener l = rdma::listen_rc(a, lo);
+        auto accepted = l.accept();
+        auto client = submit_to(1, [a]() -> future<> {
+            rdma::connection c = co_await rdma::connect_rc(a);
+            RDMA_CHECK(c.peer_region());
+            const rdma::remote_region rr = *c.peer_region();
+            EXPECT_EQ(rr.length, 65536u);
+            auto& ctx = rdma::shard_context::local();
+            rdma::buffer src = ctx.pool().allocate(8192);
+            rdma::buffer dst = ctx.pool().allocate(8192);
+            const uint64_t regs = rdma::registration_count();
+
+            fill_pattern(src.data(), 8192, 3);
+            co_await c.write(rdma::span_of(src, 0, 8192), rr, 4096);
+            co_await c.read(rdma::span_of(dst, 0, 8192), rr, 4096);
+            EXPECT_EQ(check_pattern(dst.data(), 8192, 3), SIZE_MAX);
+            // A small write goes inline.
+            co_await c.write(rdma::span_of(src, 100, 16), rr, 200);
+            co_await c.read(rdma::span_of(dst, 0, 16), rr, 200);
+            EXPECT_EQ(check_pattern(dst.data(), 16, 3, 100), SIZE_MAX);
+
+            EXPECT_EQ(co_await c.fetch_add(rr, 0, 5), 0u);
+            EXPECT_EQ(co_await c.fetch_add(rr, 0, 7), 5u);
+            EXPECT_EQ(co_await c.compare_swap(rr, 0, 12, 100), 12u);  // swapped
+            EXPECT_EQ(co_await c.compare_swap(rr, 0, 12, 200), 100u); // not swapped
+            EXPECT_EQ(co_await c.fetch_add(rr, 8, 1), 0u);
+
+            // Several operations issued in one task go out as one list (one ibv_post_send).
+            const uint64_t posts = ctx.stats().post_send_calls;
+            std::vector<future<>> writes;
+            for (int i = 0; i < 8; ++i) {
+                writes.push_back(
+                    c.write(rdma::span_of(src, size_t(i) * 512, 512), rr, 16384 + uint64_t(i) * 512));
+            }
+            EXPECT_EQ(ctx.stats().post_send_calls, posts) << "posted before the task ended";
+            future<> all = when_all_succeed(std::move(writes));
+            co_await std::move(all);
+            EXPECT_EQ(ctx.stats().post_send_calls, posts + 1);
+            co_await c.read(rdma::span_of(dst, 0, 4096), rr, 16384);
+            EXPECT_EQ(check_pattern(dst.data(), 4096, 3), SIZE_MAX);
+
+            // Local bounds are checked before posting; the connection stays usable.
+            bool out_of_range = false;
+            try {
+                co_await c.read(rdma::span_of(dst, 0, 4096), rr, 65536 - 100);
+            } catch (const std::out_of_range&) {
+                out_of_range = true;
+            }
+            EXPECT_TRUE(out_of_range);
+            EXPECT_TRUE(c.usable());
+
+            // WRITE then WRITE_WITH_IMM: the peer sees the data when the immediate arrives.
+            fill_pattern(src.data(), 8192, 9);
+            auto w = c.write(rdma::span_of(src, 0, 8192), rr, 32768);
+            auto wi = c.write_with_imm({}, rr, 0, 0xC0FFEE);
+            co_await std::move(w);
+            co_await std::move(wi);
+            EXPECT_EQ(rdma::registration_count(), regs) << "data flowed through ibv_reg_mr";
+            EXPECT_GT(c.stats().one_sided_ops, 15u);
+        });
+        rdma::connection s = co_await std::move(accepted);
+        uint32_t imm = co_await s.next_immediate();
+        EXPECT_EQ(imm, 0xC0FFEEu);
+        EXPECT_EQ(check_pattern(mem.data() + 32768, 8192, 9), SIZE_MAX)
+            << "immediate arrived before the data";
+        uint64_t word0, word1;
+        std::memcpy(&word0, mem.data(), 8);
+        std::memcpy(&word1, mem.data() + 8, 8);
+        EXPECT_EQ(word0, 100u);
+        EXPECT_EQ(word1, 1u);
+        co_await std::move(client);
+        s = rdma::connection();
+        exported.revoke();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+struct exporter {
+    rdma::buffer mem;
+    rdma::exported_region exported;
+    std::optional<rdma::listener> l;
+    std::vector<rdma::connection> conns;
+};
+exporter server;
+
+future<> serve(net::socket_address a) {
+    auto& ctx = rdma::shard_context::local();
+    server.mem = ctx.pool().allocate(4096);
+    fill_pattern(server.mem.data(), 4096, 5);
+    server.exported = rdma::export_region(server.mem, rdma::access::remote_read | rdma::access::remote_write);
+    rdma::listen_options lo;
+    lo.connection = ctx.opts().connection;
+    lo.connection->region = server.exported.descriptor();
+    server.l.emplace(rdma::listen_rc(a, lo));
+    (void)keep_doing([] {
+        return server.l->accept().then([](rdma::connection c) { server.conns.push_back(std::move(c)); });
+    }).handle_exception([](std::exception_ptr) {});
+    return make_ready_future<>();
+}
+
+/// Runs `op` and returns the message of the remote_access_error it fails with ("" if none).
+future<std::string> remote_error_of(future<> op) {
+    try {
+        co_await std::move(op);
+    } catch (const rdma::remote_access_error& e) {
+        co_return std::string(e.what());
+    } catch (const std::exception& e) {
+        co_return std::string("other error: ") + e.what();
+    }
+    co_return std::string();
+}
+} // namespace
+
+TEST(one_sided, access_outside_a_region_breaks_only_that_connection) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        co_await serve(a);
+        auto client = submit_to(1, [a]() -> future<> {
+            auto& ctx = rdma::shard_context::local();
+            rdma::connection conn_a = co_await rdma::connect_rc(a);
+            rdma::connection conn_b = co_await rdma::connect_rc(a);
+            rdma::connection conn_c = co_await rdma::connect_rc(a);
+            const rdma::remote_region rr = *conn_a.peer_region();
+            rdma::buffer dst = ctx.pool().allocate(8192);
+
+            // A: a descriptor that claims more than the peer exported.
+            rdma::remote_region bigger = rr;
+            bigger.length = 1 << 20;
+            future<> past_end = conn_a.read(rdma::span_of(dst, 0, 4096), bigger, 8192);
+            std::string m = co_await remote_error_of(std::move(past_end));
+            std::printf("  out of bounds: %s\n", m.c_str());
+            EXPECT_NE(m.find("remote access error"), std::string::npos) << m;
+            EXPECT_NE(m.find("READ"), std::string::npos) << m;
+            EXPECT_FALSE(conn_a.usable());
+            bool closed = false;
+            try {
+                co_await conn_a.read(rdma::span_of(dst, 0, 16), rr, 0);
+            } catch (const rdma::connection_closed&) {
+                closed = true;
+            }
+            EXPECT_TRUE(closed) << "a broken connection accepted more work";
+
+            // B is unaffected.
+            co_await conn_b.read(rdma::span_of(dst, 0, 4096), rr, 0);
+            EXPECT_EQ(check_pattern(dst.data(), 4096, 5), SIZE_MAX);
+
+            // C: a wrong rkey.
+            rdma::remote_region wrong = rr;
+            wrong.rkey ^= 0x5a5a00;
+            future<> bad_key = conn_c.write(rdma::span_of(dst, 0, 64), wrong, 0);
+            m = co_await remote_error_of(std::move(bad_key));
+            std::printf("  wrong rkey: %s\n", m.c_str());
+            EXPECT_NE(m.find("remote access error"), std::string::npos) << m;
+            EXPECT_FALSE(conn_c.usable());
+            co_await conn_b.read(rdma::span_of(dst, 0, 64), rr, 0);
+            EXPECT_TRUE(conn_b.usable());
+
+            // The server revokes the region: B's next access fails.
+            co_await submit_to(0, [] { server.exported.revoke(); });
+            future<> revoked = conn_b.read(rdma::span_of(dst, 0, 64), rr, 0);
+            m = co_await remote_error_of(std::move(revoked));
+            std::printf("  revoked: %s\n", m.c_str());
+            EXPECT_NE(m.find("remote access error"), std::string::npos) << m;
+
+            // The server keeps serving: a new connection reads a newly exported region.
+            rdma::remote_region fresh = co_await submit_to(0, [] {
+                server.exported = rdma::export_region(server.mem, rdma::access::remote_read);
+                return server.exported.descriptor();
+            });
+            rdma::connection conn_d = co_await rdma::connect_rc(a);
+            co_await conn_d.read(rdma::span_of(dst, 0, 4096), fresh, 0);
+            EXPECT_EQ(check_pattern(dst.data(), 4096, 5), SIZE_MAX);
+        });
+        co_await std::move(client);
+        // The server side of the broken connections is closed too; nothing is left behind.
+        co_await sleep(50ms);
+        server.conns.clear();
+        server.l.reset();
+        server.exported.revoke();
+        server.mem.reset();
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u) << "server buffers leaked";
+        uint64_t held1 = co_await submit_to(1, [] { return buffers_held(); });
+        EXPECT_EQ(held1, 0u) << "client buffers leaked";
+    });
+    EXPECT_EQ(rc, 0);
+}

@@ -1,0 +1,521 @@
+// The RDMA stream transport (Soft-RoCE guest): streams from 1 byte to 16 MB, 100 connections
+// over 2 shards, a slow reader, and peers killed in the middle of a stream and of a one-sided
+// operation (the peer runs in a child process: this binary with --peer=...).
+#include "rdma_test_util.hh"
+
+#include "core/gate.hh"
+#include "core/timer.hh"
+
+#include <csignal>
+#include <cstring>
+#include <string_view>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+using namespace shoal;
+using namespace shoal::rdma_test;
+
+namespace {
+
+/// Echoes a stream until its end, then ends its own.
+future<> echo(net::connected_socket s) {
+    net::input_stream in = s.input();
+    net::output_stream out = s.output();
+    const char* stage = "read";
+    size_t bytes = 0;
+    try {
+        for (;;) {
+            stage = "read";
+            net::temporary_buffer b = co_await in.read();
+            if (b.empty()) {
+                break;
+            }
+            bytes += b.size();
+            stage = "write";
+            co_await out.write(std::move(b));
+            stage = "flush";
+            co_await out.flush();
+        }
+        stage = "close";
+        co_await out.close();
+    } catch (const std::exception& e) {
+        throw std::runtime_error(fmt::format("echo: {} after {} bytes: {}", stage, bytes, e.what()));
+    }
+}
+
+/// Serves `echo` for every connection the calling shard accepts on `a`, until stopped.
+struct echo_server {
+    std::optional<net::server_socket> sock;
+    size_t accepted = 0;
+    std::unique_ptr<gate> running = std::make_unique<gate>();
+};
+echo_server servers[2];
+
+void start_echo_server(net::socket_address a) {
+    auto& srv = servers[this_shard_id()];
+    srv.accepted = 0;
+    srv.sock.emplace(rdma::listen(a));
+    (void)keep_doing([&srv] {
+        return srv.sock->accept().then([&srv](net::accept_result r) {
+            ++srv.accepted;
+            (void)with_gate(*srv.running, [s = std::move(r.connection)]() mutable {
+                return echo(std::move(s)).handle_exception([](std::exception_ptr ex) {
+                    ADD_FAILURE() << "echo failed: " << fmt::format("{}", ex);
+                });
+            });
+        });
+    }).handle_exception([](std::exception_ptr) {});
+}
+
+future<> stop_echo_server() {
+    auto& srv = servers[this_shard_id()];
+    srv.sock->abort_accept();
+    co_await srv.running->close();
+    srv.sock.reset();
+    srv.running = std::make_unique<gate>();
+}
+
+/// Writes `size` pattern bytes in writes of `chunk`, then flushes.
+future<> write_pattern(net::output_stream& out, size_t size, unsigned seed, size_t chunk) {
+    std::string block(std::min(size, chunk), '\0');
+    for (size_t off = 0; off < size; off += chunk) {
+        size_t n = std::min(chunk, size - off);
+        fill_pattern(block.data(), n, seed, off);
+        co_await out.write(block.data(), n);
+    }
+    co_await out.flush();
+}
+
+/// Reads `size` bytes and checks the pattern; returns the offset of the first bad byte or
+/// SIZE_MAX (and `size + 1` when the stream ended early).
+future<size_t> read_pattern(net::input_stream& in, size_t size, unsigned seed) {
+    size_t got = 0;
+    size_t bad = SIZE_MAX;
+    while (got < size) {
+        net::temporary_buffer b = co_await in.read_up_to(size - got);
+        if (b.empty()) {
+            co_return size + 1;
+        }
+        if (bad == SIZE_MAX) {
+            size_t i = check_pattern(b.get(), b.size(), seed, got);
+            if (i != SIZE_MAX) {
+                bad = got + i;
+            }
+        }
+        got += b.size();
+    }
+    co_return bad;
+}
+
+pid_t spawn_peer(const std::string& mode, const std::string& address) {
+    std::string self = "/proc/self/exe";
+    std::string arg = "--peer=" + mode;
+    char* argv[] = {self.data(), arg.data(), const_cast<char*>(address.c_str()), nullptr};
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, environ);
+    if (rc != 0) {
+        throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+    }
+    return pid;
+}
+
+int reap(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+} // namespace
+
+TEST(stream, echo_from_1_byte_to_16_MB) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        start_echo_server(a);
+        auto client = submit_to(1, [a]() -> future<> {
+            net::connected_socket s = co_await rdma::connect(a);
+            net::input_stream in = s.input();
+            net::output_stream out = s.output();
+            const uint64_t regs = rdma::registration_count();
+            const size_t sizes[] = {1,     100,   511,   512,   513,     4096,
+                                    16383, 16384, 16385, 65543, 1 << 20, 16 << 20};
+            unsigned seed = 1;
+            for (size_t size : sizes) {
+                auto written = write_pattern(out, size, seed, 256 << 10);
+                size_t bad = co_await read_pattern(in, size, seed);
+                co_await std::move(written);
+                EXPECT_EQ(bad, SIZE_MAX) << "size " << size << ": first bad byte at " << bad;
+                ++seed;
+            }
+            EXPECT_EQ(rdma::registration_count(), regs) << "ibv_reg_mr on the data path";
+            co_await out.close();
+            net::temporary_buffer end = co_await in.read();
+            EXPECT_TRUE(end.empty()) << "no end of stream after close";
+            EXPECT_TRUE(in.eof());
+        });
+        co_await std::move(client);
+        co_await stop_echo_server();
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u);
+        uint64_t held1 = co_await submit_to(1, [] { return buffers_held(); });
+        EXPECT_EQ(held1, 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, small_messages_inline_unsignaled_and_zero_copy_echo) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        rdma::listener l = rdma::listen_rc(a);
+        auto accepted = l.accept();
+        auto client = submit_to(1, [a]() -> future<rdma::connection_stats> {
+            rdma::connection c = co_await rdma::connect_rc(a);
+            net::connected_socket s = c.socket();
+            net::input_stream in = s.input();
+            net::output_stream out = s.output();
+            std::string msg(128, 'x');
+            for (int i = 0; i < 200; ++i) {
+                msg[0] = char(i);
+                co_await out.write(msg);
+                co_await out.flush();
+                net::temporary_buffer b = co_await in.read_exactly(128);
+                EXPECT_EQ(b[0], char(i));
+            }
+            // Larger messages: the server echoes the received pool buffers in place.
+            for (unsigned i = 0; i < 5; ++i) {
+                co_await write_pattern(out, 12000, i, 12000);
+                size_t bad = co_await read_pattern(in, 12000, i);
+                EXPECT_EQ(bad, SIZE_MAX);
+            }
+            co_await out.close();
+            co_return c.stats();
+        });
+        rdma::connection c = co_await std::move(accepted);
+        co_await echo(c.socket());
+        rdma::connection_stats cs = co_await std::move(client);
+        const auto& ss = c.stats();
+        std::printf("client: %lu messages, %lu inline, %lu signaled, %lu unsignaled, %lu credit messages\n",
+                    cs.messages_sent, cs.inline_sends, cs.signaled, cs.unsignaled, cs.ctrl_sent);
+        std::printf("server: %lu messages, %lu zero-copy, %lu copied, %lu inline\n", ss.messages_sent,
+                    ss.zero_copy_sends, ss.copied_sends, ss.inline_sends);
+        EXPECT_EQ(cs.messages_sent, 205u);
+        EXPECT_EQ(cs.inline_sends, 200u) << "128-byte messages should go inline";
+        EXPECT_GT(cs.unsignaled, cs.signaled) << "sends should be mostly unsignaled";
+        EXPECT_EQ(ss.messages_received, 205u);
+        EXPECT_GE(ss.zero_copy_sends, 5u) << "received buffers were copied to be echoed";
+        c = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, hundred_connections_on_two_shards) {
+    rdma::options o = test_options();
+    o.recv_buffer_size = 4096;
+    o.connection.credits = 4;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            co_await submit_to(0, [a] { start_echo_server(a); });
+            co_await submit_to(1, [a] { start_echo_server(a); });
+            // 50 clients on each shard, all talking at once.
+            auto clients = [a]() -> future<unsigned> {
+                std::vector<future<size_t>> all;
+                for (unsigned i = 0; i < 50; ++i) {
+                    all.push_back([](net::socket_address a, unsigned seed) -> future<size_t> {
+                        net::connected_socket s = co_await rdma::connect(a);
+                        net::input_stream in = s.input();
+                        net::output_stream out = s.output();
+                        auto w = write_pattern(out, 10000, seed, 1000);
+                        size_t bad = co_await read_pattern(in, 10000, seed);
+                        co_await std::move(w);
+                        co_await out.close();
+                        co_return bad;
+                    }(a, 100 + i + this_shard_id() * 50));
+                }
+                future<std::vector<size_t>> done = when_all_succeed(std::move(all));
+                std::vector<size_t> bad = co_await std::move(done);
+                unsigned ok = 0;
+                for (size_t b : bad) {
+                    ok += b == SIZE_MAX ? 1 : 0;
+                }
+                co_return ok;
+            };
+            auto ok1 = submit_to(1, clients);
+            unsigned ok0 = co_await clients();
+            unsigned ok = ok0 + co_await std::move(ok1);
+            EXPECT_EQ(ok, 100u);
+            size_t acc0 = servers[0].accepted;
+            size_t acc1 = co_await submit_to(1, [] { return servers[1].accepted; });
+            std::printf("accepted: shard 0 %zu, shard 1 %zu\n", acc0, acc1);
+            EXPECT_EQ(acc0 + acc1, 100u);
+            EXPECT_EQ(acc0, 50u);
+            co_await submit_to(1, [] { return stop_echo_server(); });
+            co_await stop_echo_server();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, slow_reader_stalls_the_sender_without_errors) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        rdma::listener l = rdma::listen_rc(a);
+        auto accepted = l.accept();
+        constexpr size_t total = 4 << 20;
+        auto writer = submit_to(1, [a]() -> future<rdma::connection_stats> {
+            rdma::connection c = co_await rdma::connect_rc(a);
+            net::connected_socket s = c.socket();
+            net::output_stream out = s.output();
+            co_await write_pattern(out, total, 42, 64 << 10);
+            co_await out.close();
+            EXPECT_TRUE(c.usable());
+            co_return c.stats();
+        });
+        rdma::connection c = co_await std::move(accepted);
+        net::connected_socket s = c.socket();
+        net::input_stream in = s.input();
+        size_t got = 0;
+        size_t bad = SIZE_MAX;
+        for (;;) {
+            net::temporary_buffer b = co_await in.read();
+            if (b.empty()) {
+                break;
+            }
+            if (bad == SIZE_MAX) {
+                size_t i = check_pattern(b.get(), b.size(), 42, got);
+                bad = i == SIZE_MAX ? SIZE_MAX : got + i;
+            }
+            got += b.size();
+            co_await sleep(2ms); // the slow reader
+        }
+        rdma::connection_stats ws = co_await std::move(writer);
+        EXPECT_EQ(got, total);
+        EXPECT_EQ(bad, SIZE_MAX);
+        EXPECT_TRUE(c.error() == nullptr || got == total);
+        std::printf("writer stalled for credits %lu times, %lu credit messages received\n", ws.credit_stalls,
+                    ws.ctrl_received);
+        EXPECT_GT(ws.credit_stalls, 0u) << "the writer never waited for the reader";
+        c = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, small_writes_coalesce_while_the_send_window_is_full) {
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            rdma::listener l = rdma::listen_rc(a);
+            auto accepted = l.accept();
+            constexpr int writes = 2000;
+            constexpr size_t each = 50;
+            auto writer = submit_to(1, [a]() -> future<rdma::connection_stats> {
+                rdma::connection c = co_await rdma::connect_rc(a);
+                net::connected_socket s = c.socket();
+                net::output_stream out = s.output();
+                std::string block(each, '\0');
+                for (int i = 0; i < writes; ++i) {
+                    fill_pattern(block.data(), each, 77, size_t(i) * each);
+                    co_await out.write(block);
+                    co_await out.flush(); // one message each, while credits last
+                }
+                co_await out.close();
+                co_return c.stats();
+            });
+            rdma::connection c = co_await std::move(accepted);
+            net::connected_socket s = c.socket();
+            net::input_stream in = s.input();
+            co_await sleep(300ms); // not reading yet: the writer's window fills up
+            size_t bad = co_await read_pattern(in, writes * each, 77);
+            EXPECT_EQ(bad, SIZE_MAX);
+            net::temporary_buffer end = co_await in.read();
+            EXPECT_TRUE(end.empty());
+            rdma::connection_stats ws = co_await std::move(writer);
+            std::printf(
+                "%d writes of %zu bytes went out as %lu messages (%lu coalesced copies), %lu credit stalls\n",
+                writes, each, ws.messages_sent, ws.copied_sends, ws.credit_stalls);
+            EXPECT_LT(ws.messages_sent, uint64_t(writes) / 10) << "small writes were not coalesced";
+            EXPECT_GT(ws.copied_sends, 0u);
+            c = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, peer_killed_mid_stream) {
+    int rc = run_rdma(1, []() -> future<> {
+        const auto a = addr(next_port());
+        net::server_socket srv = rdma::listen(a);
+        pid_t pid = spawn_peer("writer", a.to_string());
+        net::accept_result r = co_await srv.accept();
+        net::input_stream in = r.connection.input();
+        size_t got = 0;
+        while (got < (1 << 20)) {
+            net::temporary_buffer b = co_await in.read();
+            RDMA_CHECK(!b.empty());
+            got += b.size();
+        }
+        kill(pid, SIGKILL);
+        std::string error;
+        try {
+            for (;;) {
+                net::temporary_buffer b = co_await in.read();
+                if (b.empty()) {
+                    error = "end of stream";
+                    break;
+                }
+                got += b.size();
+            }
+        } catch (const rdma::connection_closed& e) {
+            error = e.what();
+        }
+        std::printf("  after %zu bytes: %s\n", got, error.c_str());
+        EXPECT_NE(error.find("closed by the peer"), std::string::npos) << error;
+        reap(pid);
+        in = net::input_stream();
+        r = net::accept_result();
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u) << "buffers of the dead connection leaked";
+        // The server keeps serving.
+        start_echo_server(addr(next_port()));
+        net::connected_socket s = co_await rdma::connect(servers[0].sock->local_address());
+        net::output_stream out = s.output();
+        net::input_stream in2 = s.input();
+        co_await out.write("still here");
+        co_await out.flush();
+        net::temporary_buffer b = co_await in2.read_exactly(10);
+        EXPECT_EQ(b.view(), "still here");
+        co_await out.close();
+        co_await stop_echo_server();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(one_sided, peer_killed_mid_operation) {
+    int rc = run_rdma(1, []() -> future<> {
+        const auto a = addr(next_port());
+        pid_t pid = spawn_peer("exporter", a.to_string());
+        rdma::connection c;
+        for (int i = 0; i < 500 && !c; ++i) {
+            try {
+                c = co_await rdma::connect_rc(a);
+            } catch (const rdma::connection_error&) {
+            }
+            if (!c) {
+                co_await sleep(10ms);
+            }
+        }
+        RDMA_CHECK(c);
+        RDMA_CHECK(c.peer_region());
+        const rdma::remote_region rr = *c.peer_region();
+        auto& pool = rdma::shard_context::local().pool();
+        rdma::buffer dst = pool.allocate(1 << 20);
+        co_await c.read(rdma::span_of(dst, 0, 1 << 20), rr, 0);
+        EXPECT_EQ(check_pattern(dst.data(), 4096, 11), SIZE_MAX);
+        // Reads keep going (several in flight) while the peer is killed under them: one fails
+        // with an exception, and so does everything after it.
+        unsigned rounds = 0;
+        std::string error;
+        auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (error.empty() && std::chrono::steady_clock::now() < deadline) {
+            std::vector<future<>> reads;
+            for (int i = 0; i < 4; ++i) {
+                reads.push_back(
+                    c.read(rdma::span_of(dst, 0, 1 << 20), rr, uint64_t((rounds * 4 + i) % 8) << 20));
+            }
+            if (++rounds == 3) {
+                kill(pid, SIGKILL);
+            }
+            for (auto& f : reads) {
+                try {
+                    co_await std::move(f);
+                } catch (const rdma::connection_closed& e) {
+                    error = e.what();
+                }
+            }
+        }
+        std::printf("  read rounds: %u, then: %s\n", rounds, error.c_str());
+        EXPECT_FALSE(error.empty()) << "no read failed after the peer was killed";
+        EXPECT_FALSE(c.usable());
+        reap(pid);
+        c = rdma::connection();
+        dst.reset();
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u);
+        // Still serving: a local server and client work.
+        start_echo_server(addr(next_port()));
+        net::connected_socket s = co_await rdma::connect(servers[0].sock->local_address());
+        net::output_stream out = s.output();
+        net::input_stream in = s.input();
+        co_await out.write("ok");
+        co_await out.flush();
+        net::temporary_buffer b = co_await in.read_exactly(2);
+        EXPECT_EQ(b.view(), "ok");
+        co_await out.close();
+        co_await stop_echo_server();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+// --- the peer processes
+
+namespace {
+
+int peer_main(const std::string& mode, const std::string& address) {
+    smp_options so;
+    so.smp = 1;
+    so.pin = false;
+    return run_shards(so, [&]() -> future<int> {
+        co_await rdma::start(test_options());
+        auto a = net::socket_address::parse(address);
+        if (mode == "writer") {
+            net::connected_socket s = co_await rdma::connect(a);
+            net::output_stream out = s.output();
+            std::string block(64 << 10, 'w');
+            for (;;) { // until killed
+                co_await out.write(block);
+            }
+        }
+        if (mode == "exporter") {
+            auto& pool = rdma::shard_context::local().pool();
+            static std::vector<rdma::buffer> mem;
+            static std::vector<rdma::exported_region> regions;
+            // 8 MiB of contiguous registered memory for the reader (one registration).
+            static std::vector<char> big(8 << 20);
+            fill_pattern(big.data(), big.size(), 11);
+            regions.push_back(rdma::export_region(big.data(), big.size(), rdma::access::remote_read));
+            (void)pool;
+            rdma::listen_options lo;
+            lo.connection = rdma::shard_context::local().opts().connection;
+            lo.connection->region = regions.back().descriptor();
+            static std::optional<rdma::listener> l;
+            l.emplace(rdma::listen_rc(a, lo));
+            static rdma::connection c;
+            c = co_await l->accept();
+            for (;;) { // until killed
+                co_await sleep(1s);
+            }
+        }
+        co_return 2;
+    });
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc >= 3 && std::string_view(argv[1]).starts_with("--peer=")) {
+        return peer_main(std::string(argv[1] + 7), argv[2]);
+    }
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}
