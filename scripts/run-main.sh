@@ -23,16 +23,15 @@ server_cpus=0
 client_cpus=$((cpus > 1 ? 1 : 0))
 
 echo "main job: shoal-echo over $transport on $host:$port"
-"$bin" server --transport "$transport" --host "$host" --port "$port" --smp 1 --cpuset "$server_cpus" &
+log=$(mktemp)
+"$bin" server --transport "$transport" --host "$host" --port "$port" --smp 1 --cpuset "$server_cpus" >"$log" 2>&1 &
 server=$!
-trap 'kill -TERM $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
+trap 'kill -TERM $server 2>/dev/null || true; wait $server 2>/dev/null || true; cat "$log"; rm -f "$log"' EXIT
 
-# Wait (bounded) until the server accepts connections.
+# Wait (bounded) until the server listens: it prints "... echo on ADDRESS" then.
 for _ in $(seq 100); do
-    if [ "$transport" = rdma ] || (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
-        break
-    fi
-    kill -0 "$server" 2>/dev/null || { echo "server exited early" >&2; exit 1; }
+    grep -q "echo on" "$log" && break
+    kill -0 "$server" 2>/dev/null || { echo "server exited early:" >&2; cat "$log" >&2; exit 1; }
     sleep 0.1
 done
 

@@ -18,7 +18,7 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 
 step "native tests, release"
-ctest --preset release -LE rdma -j "$jobs" --timeout 300
+ctest --preset release -LE '^rdma$' -j "$jobs" --timeout 300
 
 step "build sanitize (ASan + UBSan)"
 cmake --preset sanitize >/dev/null
@@ -26,7 +26,7 @@ cmake --build --preset sanitize -j "$jobs"
 
 step "native tests, sanitize"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --preset sanitize -LE 'rdma|softroce' -j "$jobs" --timeout 600
+    ctest --preset sanitize -LE '^rdma$|^softroce$' -j "$jobs" --timeout 600
 
 step "RDMA tests (device or Soft-RoCE guest), release"
 tests/softroce/run-rdma-tests.sh build/release

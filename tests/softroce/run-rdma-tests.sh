@@ -20,7 +20,7 @@ build=$(realpath -e -- "$1" 2>/dev/null) && [ -f "$build/CTestTestfile.cmake" ] 
     { echo "run-rdma-tests: $1 is not a configured build directory (no CTestTestfile.cmake)" >&2; exit 2; }
 shift
 source_dir=$(cd "$here/../.." && pwd -P)
-ctest_cmd=(ctest --test-dir "$build" -L rdma --output-on-failure --no-tests=error "$@")
+ctest_cmd=(ctest --test-dir "$build" -L '^rdma$' --output-on-failure --no-tests=error "$@")
 
 softroce_decide_mode || exit 2
 case "$SOFTROCE_MODE" in

@@ -1,0 +1,217 @@
+// shoal-echo: an echo server on every shard, and the client that benchmarks it.
+//
+//   shoal-echo server [--host 0.0.0.0] [--port 7000] [--smp N] [--transport tcp|rdma]
+//   shoal-echo bench  [--host 127.0.0.1] [--port 7000] [--sizes 128,4K,32K,256K,1M]
+//                     [--concurrency 1,4,16,64] [--duration 0.5] [--json] [--transport tcp|rdma]
+//                     [--targets shoal=127.0.0.1:7000,epoll=127.0.0.1:7001]
+//
+// Over RDMA (--transport rdma) the addresses are the RDMA device's IP addresses (rdma_cm does
+// not accept loopback); the --rdma-* options choose the device and size its resources.
+
+#include "apps/echo/bench.hh"
+#include "apps/echo/echo_server.hh"
+#include "apps/echo/transport.hh"
+#include "core/app.hh"
+#include "core/coroutine.hh"
+#include "core/log.hh"
+#include "core/sharded.hh"
+#include "net/rdma/options.hh"
+#include "net/tcp/tcp.hh"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+using namespace shoal;
+using namespace shoal::echo;
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+        size_t next = text.find(sep, pos);
+        if (next == std::string::npos) {
+            next = text.size();
+        }
+        if (next > pos) {
+            out.push_back(text.substr(pos, next - pos));
+        }
+        pos = next + 1;
+    }
+    return out;
+}
+
+future<int> run_server(const app& a, transport t, std::string host) {
+    auto addr = net::socket_address::from_host_port(host, uint16_t(a.get_size("port")));
+    co_await t.start();
+    sharded<echo_server> servers;
+    co_await servers.start(t);
+    std::exception_ptr failed;
+    try {
+        co_await servers.invoke_on_all([addr](echo_server& s) { s.start(addr); });
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (failed) {
+        co_await servers.stop();
+        co_await t.stop();
+        std::fprintf(stderr, "shoal-echo: %s\n", fmt::format("{}", failed).c_str());
+        co_return 1;
+    }
+    fmt::print("shoal-echo: {} echo on {} ({} shards); Ctrl-C stops\n", t.name,
+               servers.local().local_address().to_string(), shard_count());
+    std::fflush(stdout);
+    co_await stop_requested();
+    uint64_t conns = co_await servers.map_reduce([](echo_server& s) { return s.connections(); }, uint64_t(0),
+                                                 std::plus<>());
+    co_await servers.stop();
+    co_await t.stop();
+    fmt::print("shoal-echo: served {} connections\n", conns);
+    if (t.name == "tcp") {
+        for (unsigned s = 0; s < shard_count(); ++s) {
+            auto st = co_await submit_to(s, [] { return net::tcp::shard_stats(); });
+            fmt::print(
+                "shard {}: {} recv completions ({} bytes, {} zero-copy, {} copied, {} ring empty, {} paused, "
+                "{} arms), {} sends ({} vectored, {} short, {} bytes)\n",
+                s, st.recv_completions, st.recv_bytes, st.zero_copy_buffers, st.copied_buffers,
+                st.buffer_shortages, st.recv_paused, st.recv_arms, st.sends, st.vectored_sends,
+                st.short_sends, st.send_bytes);
+        }
+    }
+    for (unsigned s = 0; s < shard_count(); ++s) {
+        auto rs = co_await submit_to(s, [] { return local_reactor().stats(); });
+        fmt::print("shard {}: reactor {} loops, {} io_uring_enter, {} SQEs, {} CQEs, {} sleeps\n", s,
+                   rs.loops, rs.io_enter_calls, rs.io_submitted, rs.io_completed, rs.sleeps);
+    }
+    co_return 0;
+}
+
+future<int> run_client(const app& a, transport t, std::string host) {
+    bench_options o;
+    for (const auto& s : split(a.get("sizes"), ',')) {
+        o.sizes.push_back(size_t(parse_size(s)));
+    }
+    for (const auto& c : split(a.get("concurrency"), ',')) {
+        o.concurrency.push_back(unsigned(parse_size(c)));
+    }
+    o.duration = std::chrono::duration<double>(std::stod(a.get("duration")));
+    o.warmup = std::chrono::duration<double>(std::stod(a.get("warmup")));
+    o.repeat = unsigned(a.get_size("repeat"));
+    if (a.has("targets")) {
+        for (const auto& item : split(a.get("targets"), ',')) {
+            auto eq = item.find('=');
+            if (eq == std::string::npos) {
+                throw std::invalid_argument("--targets wants name=host:port, got '" + item + "'");
+            }
+            // name=host:port or name=host:port@pid (the server's CPU time is then measured).
+            std::string where = item.substr(eq + 1);
+            int pid = 0;
+            if (auto at = where.find('@'); at != std::string::npos) {
+                pid = std::stoi(where.substr(at + 1));
+                where = where.substr(0, at);
+            }
+            o.targets.push_back({item.substr(0, eq), net::socket_address::parse(where), pid});
+        }
+    } else {
+        auto addr = net::socket_address::from_host_port(host, uint16_t(a.get_size("port")));
+        o.targets.push_back({t.name, addr});
+    }
+    co_await t.start();
+    std::vector<cell_result> cells;
+    std::exception_ptr failed_run;
+    try {
+        cells = co_await run_bench(t, o);
+    } catch (...) {
+        failed_run = std::current_exception();
+    }
+    co_await t.stop();
+    if (failed_run) {
+        std::rethrow_exception(failed_run);
+    }
+    if (a.has("json")) {
+        fmt::print("{}", format_json(cells, t.name));
+    } else {
+        for (const auto& target : o.targets) {
+            fmt::print("\n{} ({}, {}):\n\n{}", target.name, target.address.to_string(), t.name,
+                       format_table(cells, target.name));
+        }
+        if (o.targets.size() >= 2) {
+            fmt::print("\nside by side:\n\n{}", format_comparison(cells, o.targets));
+        }
+    }
+    uint64_t failed = 0;
+    for (const auto& c : cells) {
+        failed += c.errors;
+    }
+    co_return failed ? 1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    app a("shoal-echo", "echo server (`shoal-echo server`) and its benchmark client (`shoal-echo bench`)");
+    a.add_option("transport", "tcp or rdma", "tcp");
+    a.add_option("host", "server: address to listen on; bench: server to measure", "");
+    a.add_option("port", "TCP port", "7000");
+    a.add_option("sizes", "bench: request sizes", "128,4K,32K,256K,1M");
+    a.add_option("concurrency", "bench: connections per cell", "1,4,16,64");
+    a.add_option("duration", "bench: measured seconds per cell", "0.5");
+    a.add_option("warmup", "bench: unmeasured seconds before each cell", "0.1");
+    a.add_option("repeat", "bench: runs per cell and target, interleaved; the median is reported", "1");
+    a.add_option("targets",
+                 "bench: several servers side by side, name=host:port[@pid],... (@pid: measure its CPU)");
+    a.add_flag("json", "bench: print JSON instead of tables");
+    a.add_option("recv-buffers", "tcp: receive buffers in each shard's ring", "1024");
+    a.add_option("recv-buffer-size", "tcp: size of each receive buffer", "32K");
+    add_transport_options(a);
+    if (auto rc = a.parse(argc, argv)) {
+        return *rc;
+    }
+    const auto& pos = a.positional();
+    std::string mode = pos.empty() ? "" : pos[0];
+    if (mode != "server" && mode != "bench") {
+        std::fprintf(stderr, "usage: shoal-echo server|bench [options] (see --help)\n");
+        return 2;
+    }
+    net::tcp::config tcfg = net::tcp::get_config();
+    try {
+        tcfg.recv_buffers = unsigned(a.get_size("recv-buffers"));
+        tcfg.recv_buffer_size = size_t(a.get_size("recv-buffer-size"));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-echo: %s\n", e.what());
+        return 2;
+    }
+    net::tcp::set_config(tcfg);
+    std::string host = a.get("host");
+    if (host.empty()) {
+        if (mode == "bench" && a.get("transport") == "rdma" && !a.has("targets")) {
+            std::fprintf(stderr, "shoal-echo: bench --transport rdma needs --host, the server's RDMA address "
+                                 "(rdma_cm cannot use loopback)\n");
+            return 2;
+        }
+        host = mode == "server" ? "0.0.0.0" : "127.0.0.1";
+    }
+    transport t;
+    smp_options smp = a.engine_options();
+    try {
+        t = make_transport(a.get("transport"), a);
+        if (t.name == "rdma") {
+            net::rdma::apply_nic_local_option(a, smp);
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-echo: %s\n", e.what());
+        return 2;
+    }
+    try {
+        return run_shards(smp, [&]() -> future<int> {
+            return mode == "server" ? run_server(a, t, host) : run_client(a, t, host);
+        });
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-echo: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,44 @@
+#!/bin/bash
+# echo_app_test.sh SHOAL_ECHO - `shoal-echo --transport rdma` end to end on a real RDMA device
+# (the Soft-RoCE guest when the host has none): a 2-shard server, a short benchmark run over
+# several sizes and concurrencies, then SIGINT. Fails unless every cell completed requests with
+# no failed client and the server stopped cleanly having served connections on both shards.
+set -euo pipefail
+echo_bin=${1:?usage: echo_app_test.sh SHOAL_ECHO}
+ip=${SHOAL_RDMA_IP:?SHOAL_RDMA_IP is not set (run through rdma-test-wrapper.sh)}
+port=18700
+out=$(mktemp -d)
+trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$out"' EXIT
+
+"$echo_bin" server --transport rdma --host "$ip" --port "$port" --smp 2 --no-pin >"$out/server.txt" 2>&1 &
+server=$!
+for _ in $(seq 100); do
+    grep -q "echo on" "$out/server.txt" && break
+    kill -0 "$server" 2>/dev/null || { cat "$out/server.txt"; echo "FAIL: server exited early"; exit 1; }
+    sleep 0.1
+done
+grep -q "echo on" "$out/server.txt" || { cat "$out/server.txt"; echo "FAIL: server did not listen"; exit 1; }
+
+# 1 byte .. 1 MiB (several receive buffers per message), up to 8 connections over 2 client shards.
+"$echo_bin" bench --transport rdma --host "$ip" --port "$port" --smp 2 --no-pin \
+    --sizes 1,128,64K,1M --concurrency 1,8 --duration 0.3 --warmup 0.05 --json >"$out/bench.json" \
+    2>"$out/bench.err" || { cat "$out/bench.err" "$out/bench.json"; echo "FAIL: bench exited $?"; exit 1; }
+
+cells=$(grep -c '"target"' "$out/bench.json" || true)
+[ "$cells" -eq 8 ] || { cat "$out/bench.json"; echo "FAIL: expected 8 cells, got $cells"; exit 1; }
+if grep -q '"requests": 0,' "$out/bench.json"; then
+    cat "$out/bench.json"; echo "FAIL: a cell completed no request"; exit 1
+fi
+if grep -v '"failed_clients": 0,' "$out/bench.json" | grep -q '"failed_clients"'; then
+    cat "$out/bench.json"; echo "FAIL: a client failed"; exit 1
+fi
+
+kill -INT "$server"
+rc=0
+wait "$server" || rc=$?
+cat "$out/server.txt"
+[ "$rc" -eq 0 ] || { echo "FAIL: server exited $rc after SIGINT"; exit 1; }
+served=$(sed -n 's/^shoal-echo: served \([0-9]*\) connections$/\1/p' "$out/server.txt")
+# 8 cells: 1 + 8 connections per size.
+[ "${served:-0}" -eq 36 ] || { echo "FAIL: expected 36 connections served, got ${served:-none}"; exit 1; }
+echo "PASS: shoal-echo over RDMA, $cells cells, $served connections"

@@ -1,0 +1,112 @@
+#pragma once
+
+// Helpers of the TCP tests: run a body on a fresh engine, make and check byte patterns, a
+// minimal echo handler, and stream reading helpers.
+
+#include "core/coroutine.hh"
+#include "core/future.hh"
+#include "core/smp.hh"
+#include "net/stream.hh"
+#include "net/tcp/tcp.hh"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <sys/resource.h>
+
+namespace shoal::tcp_test {
+
+using namespace shoal::net;
+
+/// Runs `body` on shard 0 of a fresh engine of `smp` shards (unpinned); returns its exit code
+/// (0 when the body resolved, 1 when it failed; the failure is logged).
+inline int run(std::function<future<>()> body, unsigned smp = 1) {
+    smp_options o;
+    o.smp = smp;
+    o.pin = false;
+    return run_shards(o, [body = std::move(body)]() -> future<int> { return body().then([] { return 0; }); });
+}
+
+/// Byte `i` of the test pattern with `seed`.
+inline char pattern_byte(size_t i, unsigned seed) {
+    return char((i * 131 + seed * 7 + (i >> 13)) & 0xff);
+}
+
+/// `size` bytes of the pattern.
+inline temporary_buffer make_pattern(size_t size, unsigned seed = 1) {
+    temporary_buffer b(size);
+    for (size_t i = 0; i < size; ++i) {
+        b.get_write()[i] = pattern_byte(i, seed);
+    }
+    return b;
+}
+
+/// Reads until `n` bytes arrived (or end of stream) and checks them against the pattern from
+/// offset 0; returns the number of bytes read and sets `mismatch` at the first wrong byte.
+inline future<size_t> read_and_check(input_stream& in, size_t n, unsigned seed, size_t& mismatch) {
+    size_t got = 0;
+    mismatch = SIZE_MAX;
+    while (got < n) {
+        temporary_buffer b = co_await in.read_up_to(n - got);
+        if (b.empty()) {
+            break;
+        }
+        for (size_t i = 0; i < b.size(); ++i) {
+            if (mismatch == SIZE_MAX && b[i] != pattern_byte(got + i, seed)) {
+                mismatch = got + i;
+            }
+        }
+        got += b.size();
+    }
+    co_return got;
+}
+
+/// Reads everything until end of stream into a string.
+inline future<std::string> read_to_end(input_stream& in) {
+    std::string out;
+    for (;;) {
+        temporary_buffer b = co_await in.read();
+        if (b.empty()) {
+            co_return out;
+        }
+        out.append(b.get(), b.size());
+    }
+}
+
+/// Echoes what arrives until end of stream, then closes the output. Errors end the loop
+/// quietly (they are what some tests provoke); returns the exception, if any.
+inline future<std::exception_ptr> echo(connected_socket s) {
+    auto in = s.input();
+    auto out = s.output();
+    std::exception_ptr error;
+    try {
+        for (;;) {
+            temporary_buffer b = co_await in.read();
+            if (b.empty()) {
+                break;
+            }
+            co_await out.write(std::move(b));
+            co_await out.flush();
+        }
+        co_await out.close();
+    } catch (...) {
+        error = std::current_exception();
+    }
+    co_return error;
+}
+
+/// Raises the soft limit of open files to at least `n` (up to the hard limit); returns the
+/// limit now in force.
+inline rlim_t raise_nofile(rlim_t n) {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < n) {
+        rl.rlim_cur = std::min(n, rl.rlim_max);
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return rl.rlim_cur;
+}
+
+} // namespace shoal::tcp_test
