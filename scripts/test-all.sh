@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh Debian 12 machine it installs what shoal needs, builds
 # the release and the ASan+UBSan configurations, runs every native test in both, then runs the
-# RDMA-labelled tests on a real device or, without one, inside the Soft-RoCE qemu guest.
+# RDMA-labelled tests of both on a real device or, without one, inside the Soft-RoCE qemu guest.
 # Exits non-zero when anything fails. CI (.ci/run) runs exactly this.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,5 +30,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 step "RDMA tests (device or Soft-RoCE guest), release"
 tests/softroce/run-rdma-tests.sh build/release
+
+step "RDMA tests (device or Soft-RoCE guest), sanitize"
+tests/softroce/run-rdma-tests.sh build/sanitize
 
 step "done in $((SECONDS - start)) s"
