@@ -53,7 +53,9 @@ public:
 /// resolve before the next).
 class input_stream {
 public:
+    /// A stream without a source: reads return end of stream.
     input_stream() = default;
+    /// Reads from `source`.
     explicit input_stream(std::unique_ptr<data_source_impl> source) noexcept
         : _source(std::move(source)) {}
 
@@ -81,11 +83,14 @@ private:
 /// as `temporary_buffer`. One writer at a time: wait for each future before the next call.
 class output_stream {
 public:
+    /// A placeholder without a sink; assign a real stream before writing to it.
     output_stream() = default;
+    /// Writes to `sink`, gathering up to `buffer_size` bytes (0: the sink's hint, else 8192).
     explicit output_stream(std::unique_ptr<data_sink_impl> sink, size_t buffer_size = 0);
 
     /// Copies `bytes` into the stream.
     future<> write(std::string_view bytes);
+    /// Same as `write(std::string_view(data, size))`.
     future<> write(const char* data, size_t size) { return write(std::string_view(data, size)); }
     /// Hands `buf` over (no copy when it is large; small buffers are gathered).
     future<> write(temporary_buffer buf);
@@ -108,15 +113,25 @@ private:
 class connected_socket_impl {
 public:
     virtual ~connected_socket_impl() = default;
+    /// The receiving side (taken once).
     virtual std::unique_ptr<data_source_impl> source() = 0;
+    /// The sending side (taken once).
     virtual std::unique_ptr<data_sink_impl> sink() = 0;
+    /// Ends receiving; see `connected_socket::shutdown_input`.
     virtual void shutdown_input() = 0;
+    /// Ends sending; see `connected_socket::shutdown_output`.
     virtual void shutdown_output() = 0;
+    /// Sets the no-delay option (TCP_NODELAY or the transport's equivalent).
     virtual void set_nodelay(bool on) = 0;
+    /// The no-delay option.
     virtual bool get_nodelay() const = 0;
+    /// Sets the keep-alive option (SO_KEEPALIVE or the transport's equivalent).
     virtual void set_keepalive(bool on) = 0;
+    /// The keep-alive option.
     virtual bool get_keepalive() const = 0;
+    /// This end's address.
     virtual socket_address local_address() const = 0;
+    /// The other end's address.
     virtual socket_address peer_address() const = 0;
 };
 
@@ -124,7 +139,9 @@ public:
 /// `output()`. The connection lives while the socket or any stream taken from it lives.
 class connected_socket {
 public:
+    /// No connection (false).
     connected_socket() = default;
+    /// Wraps a transport's connection.
     explicit connected_socket(std::shared_ptr<connected_socket_impl> impl) noexcept
         : _impl(std::move(impl)) {}
 
@@ -136,12 +153,19 @@ public:
     void shutdown_input() { _impl->shutdown_input(); }
     /// Ends sending (the peer reads end of stream) without closing the input.
     void shutdown_output() { _impl->shutdown_output(); }
+    /// Turns TCP_NODELAY on or off (RDMA streams only record it: they never delay sends).
     void set_nodelay(bool on) { _impl->set_nodelay(on); }
+    /// Whether no-delay is on.
     bool get_nodelay() const { return _impl->get_nodelay(); }
+    /// Turns SO_KEEPALIVE on or off (RDMA streams only record it).
     void set_keepalive(bool on) { _impl->set_keepalive(on); }
+    /// Whether keep-alive is on.
     bool get_keepalive() const { return _impl->get_keepalive(); }
+    /// This end's address.
     socket_address local_address() const { return _impl->local_address(); }
+    /// The other end's address.
     socket_address peer_address() const { return _impl->peer_address(); }
+    /// True when it holds a connection.
     explicit operator bool() const noexcept { return bool(_impl); }
 
 private:
@@ -158,8 +182,11 @@ struct accept_result {
 class server_socket_impl {
 public:
     virtual ~server_socket_impl() = default;
+    /// Resolves with the next incoming connection.
     virtual future<accept_result> accept() = 0;
+    /// Fails a pending accept and stops listening.
     virtual void abort_accept() = 0;
+    /// The address listened on.
     virtual socket_address local_address() const = 0;
 };
 
@@ -167,12 +194,18 @@ public:
 /// fails a pending accept and closes the listener.
 class server_socket {
 public:
+    /// No listener (false).
     server_socket() = default;
+    /// Wraps a transport's listener.
     explicit server_socket(std::unique_ptr<server_socket_impl> impl) noexcept
         : _impl(std::move(impl)) {}
+    /// The next incoming connection; one accept at a time.
     future<accept_result> accept() { return _impl->accept(); }
+    /// Fails a pending accept and every later one, and stops listening.
     void abort_accept() { _impl->abort_accept(); }
+    /// The address listened on (with the port picked when 0 was asked for).
     socket_address local_address() const { return _impl->local_address(); }
+    /// True when it holds a listener.
     explicit operator bool() const noexcept { return bool(_impl); }
 
 private:

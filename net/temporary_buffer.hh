@@ -16,7 +16,9 @@ namespace shoal::net {
 /// its slices live on one shard; an owner that must go home crosses shards itself.
 class buffer_owner {
 public:
+    /// Adds a reference.
     void ref() noexcept { ++_refs; }
+    /// Drops a reference; dropping the last one calls `release()`.
     void unref() noexcept {
         if (--_refs == 0) {
             release();
@@ -65,14 +67,23 @@ public:
     temporary_buffer& operator=(const temporary_buffer&) = delete;
     ~temporary_buffer() { reset(); }
 
+    /// The first byte (null for a default-constructed buffer).
     const char* get() const noexcept { return _data; }
+    /// The first byte, writable (the memory is shared with every slice of it).
     char* get_write() noexcept { return _data; }
+    /// The first byte.
     const char* begin() const noexcept { return _data; }
+    /// One past the last byte.
     const char* end() const noexcept { return _data + _size; }
+    /// Number of bytes.
     size_t size() const noexcept { return _size; }
+    /// True when it holds no bytes.
     bool empty() const noexcept { return _size == 0; }
+    /// True when it holds at least one byte.
     explicit operator bool() const noexcept { return _size != 0; }
+    /// Byte `i` (unchecked).
     char operator[](size_t i) const noexcept { return _data[i]; }
+    /// The bytes as a string_view (no copy).
     std::string_view view() const noexcept { return {_data, _size}; }
 
     /// A new reference to `len` bytes at `offset` of the same memory (no copy).
@@ -83,6 +94,7 @@ public:
         }
         return temporary_buffer(_data + offset, len, _owner);
     }
+    /// A new reference to all of the bytes (no copy).
     temporary_buffer share() const noexcept { return share(0, _size); }
     /// Drops the first `n` bytes.
     void trim_front(size_t n) noexcept {
@@ -114,6 +126,7 @@ namespace internal {
 /// Heap storage: the owner header and the bytes in one malloc.
 class heap_buffer final : public buffer_owner {
 public:
+    /// A buffer of `size` uninitialised bytes; throws std::bad_alloc.
     static temporary_buffer make(size_t size) {
         void* mem = std::malloc(sizeof(heap_buffer) + size);
         if (!mem) {

@@ -46,6 +46,7 @@ struct cell_result {
     double server_cpu_seconds = -1; ///< CPU the server used during the cell (-1: unknown)
     histogram latency_ns;
 
+    /// Requests per second over the measured time.
     double qps() const noexcept { return seconds > 0 ? double(requests) / seconds : 0; }
     /// Payload throughput in one direction, like seed 001's table.
     double gbps() const noexcept { return qps() * double(size) * 8 / 1e9; }
@@ -71,7 +72,7 @@ std::string format_comparison(const std::vector<cell_result>& cells,
 /// Every cell as JSON.
 std::string format_json(const std::vector<cell_result>& cells, const std::string& transport);
 
-/// "128" / "4K" / "1M" for a byte count.
+/// "128B" / "4K" / "1M" for a byte count (K and M only for exact multiples).
 std::string format_size(size_t bytes);
 
 } // namespace shoal::echo

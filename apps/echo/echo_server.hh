@@ -16,6 +16,7 @@ namespace shoal::echo {
 /// `sharded<echo_server>`.
 class echo_server {
 public:
+    /// A server that listens through `t`.
     explicit echo_server(transport t)
         : _t(std::move(t)) {}
 
@@ -27,7 +28,9 @@ public:
 
     /// The address listened on (the port picked when it was 0).
     net::socket_address local_address() const { return _ss.local_address(); }
+    /// Connections accepted so far.
     uint64_t connections() const noexcept { return _connections; }
+    /// Bytes received so far (each is written back).
     uint64_t bytes() const noexcept { return _bytes; }
     /// Connections that ended with an error (peer reset...).
     uint64_t errors() const noexcept { return _errors; }

@@ -26,9 +26,13 @@ public:
     /// Adds every value of `o`.
     void merge(const histogram& o) noexcept;
 
+    /// Values recorded.
     uint64_t count() const noexcept { return _count; }
+    /// Largest value recorded (0 when empty).
     uint64_t max() const noexcept { return _count ? _max : 0; }
+    /// Smallest value recorded (0 when empty).
     uint64_t min() const noexcept { return _count ? _min : 0; }
+    /// Mean of the recorded values (0 when empty).
     double mean() const noexcept { return _count ? double(_sum) / double(_count) : 0.0; }
     /// The value at percentile `p` (0 to 100): the middle of the bucket holding the
     /// ceil(p% of count)-th smallest value, clamped to the recorded min and max.
@@ -45,7 +49,7 @@ public:
         unsigned shift = msb - sub_bits;
         return shift * 32 + unsigned(value >> shift);
     }
-    /// Smallest and largest value of bucket `index`.
+    /// Smallest value of bucket `index`.
     static uint64_t lowest_of(unsigned index) noexcept {
         if (index < 64) {
             return index;
@@ -53,6 +57,7 @@ public:
         unsigned shift = index / 32 - 1;
         return uint64_t(index % 32 + 32) << shift;
     }
+    /// Largest value of bucket `index`.
     static uint64_t highest_of(unsigned index) noexcept {
         if (index < 64) {
             return index;

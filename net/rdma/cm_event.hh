@@ -20,6 +20,7 @@ struct cm_event {
     uint8_t private_data_len = 0;
     std::array<uint8_t, 255> private_data{};
 
+    /// The private data the event carried (empty if none).
     std::span<const uint8_t> pdata() const noexcept { return {private_data.data(), private_data_len}; }
 };
 
@@ -27,6 +28,7 @@ struct cm_event {
 /// listener (which receives the connect requests of its id).
 class cm_handler {
 public:
+    /// Handles one event of the id, on the shard whose event channel delivered it.
     virtual void on_cm_event(const cm_event& ev) noexcept = 0;
 
 protected:

@@ -9,6 +9,7 @@ namespace shoal::net::rdma::internal {
 /// one indirect call and no table lookup.
 class completion_handler {
 public:
+    /// The work request completed, successfully or not (see `wc.status`).
     virtual void complete(const ibv_wc& wc) noexcept = 0;
 
 protected:

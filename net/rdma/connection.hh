@@ -25,7 +25,9 @@ class acceptor;
 /// operations and close it; other connections are unaffected.
 class connection {
 public:
+    /// No connection (false).
     connection() noexcept = default;
+    /// Wraps a hold on a connection.
     explicit connection(std::shared_ptr<internal::connection_ref> ref) noexcept
         : _ref(std::move(ref)) {}
 
@@ -60,8 +62,11 @@ public:
     /// The stream transport over this connection (take it once).
     net::connected_socket socket();
 
+    /// This side's address.
     net::socket_address local_address() const noexcept { return impl().local_address(); }
+    /// The peer's address.
     net::socket_address peer_address() const noexcept { return impl().peer_address(); }
+    /// Counters of this connection.
     const connection_stats& stats() const noexcept { return impl().stats(); }
     /// Size of the peer's receive buffers (the largest message this side may send).
     uint32_t peer_recv_buffer_size() const noexcept { return impl().peer_params().recv_buffer_size; }
@@ -71,6 +76,7 @@ public:
     std::exception_ptr error() const noexcept { return impl().error(); }
     /// Closes it now (pending operations fail).
     void close();
+    /// True when it refers to a connection (usable or not).
     explicit operator bool() const noexcept { return bool(_ref); }
 
 private:
@@ -90,7 +96,9 @@ struct listen_options {
 /// incoming connections are spread over them (each accepted on its shard's resources).
 class listener {
 public:
+    /// Not listening.
     listener() noexcept;
+    /// Wraps this shard's membership in a listening address.
     explicit listener(std::unique_ptr<internal::acceptor> a) noexcept;
     listener(listener&&) noexcept;
     listener& operator=(listener&&) noexcept;
@@ -100,6 +108,7 @@ public:
     future<connection> accept();
     /// Fails a pending accept and stops listening on this shard.
     void abort_accept();
+    /// The address listened on (with the port rdma_cm picked when 0 was asked for).
     net::socket_address local_address() const;
 
 private:

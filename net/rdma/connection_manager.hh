@@ -45,8 +45,11 @@ struct listener_group {
 /// The handler of a group's listening id, on the owner shard.
 class listener_impl final : public cm_handler {
 public:
+    /// Handles `g`'s listening id; made on the owner shard `ctx`, which keeps track of it.
     listener_impl(shard_context& ctx, std::shared_ptr<listener_group> g);
     ~listener_impl();
+    /// Hands each connect request to the next member shard's acceptor (migrating the id when
+    /// that is another shard); rejects it when no member is left.
     void on_cm_event(const cm_event& ev) noexcept override;
     /// Destroys the listening id (on the owner shard) and this object.
     void destroy() noexcept;
@@ -60,6 +63,8 @@ private:
 /// established and waiting for `accept()`.
 class acceptor {
 public:
+    /// An acceptor on `ctx`'s shard for group `g` (`listen_on` makes it a member); accepted
+    /// connections get `opts`.
     acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts);
     ~acceptor();
     acceptor(const acceptor&) = delete;
@@ -71,14 +76,18 @@ public:
     void abort_accept() noexcept;
     /// Leaves the group; resolves when the listening id is gone if this was the last member.
     future<> close() noexcept;
+    /// The group's listening address.
     net::socket_address local_address() const { return _group->addr; }
+    /// Process-wide unique id: how the group names this member.
     uint64_t id() const noexcept { return _id; }
+    /// The shard it lives on.
     unsigned shard() const noexcept { return _shard; }
 
     /// A connect request routed to this shard (its id already migrated here).
     void handle_request(rdma_cm_id* id, const cm_event& ev) noexcept;
-    /// A connection accepted here became established / failed before that.
+    /// A connection accepted here became established: it goes to `accept()`.
     void deliver(connection_impl* c) noexcept;
+    /// A connection accepted here failed before it was established.
     void connection_failed(connection_impl* c) noexcept;
 
 private:

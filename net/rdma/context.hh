@@ -45,6 +45,8 @@ struct context_stats {
 /// shard (debug builds check).
 class shard_context final : private internal::cq_poller::hooks, private internal::receive_sink {
 public:
+    /// Builds `shard`'s PD, pool, CQ, SRQ and rdma_cm channel on `dev`; `start()` then starts
+    /// polling. Throws rdma_error.
     shard_context(std::shared_ptr<const device> dev, const options& opts, unsigned shard);
     ~shard_context();
     shard_context(const shard_context&) = delete;
@@ -55,7 +57,9 @@ public:
     /// The calling shard's context or null.
     static shard_context* local_or_null() noexcept;
 
+    /// The device the resources are built on.
     const device& dev() const noexcept { return *_dev; }
+    /// The same device, shared.
     const std::shared_ptr<const device>& dev_ptr() const noexcept { return _dev; }
     /// The protection domain memory is registered with.
     ibv_pd* pd() const noexcept { return _pd; }
@@ -64,12 +68,19 @@ public:
     ibv_pd* qp_pd() const noexcept { return _parent ? _parent : _pd; }
     /// Whether this shard's resources sit on a thread domain (no provider locks).
     bool thread_domain() const noexcept { return _parent != nullptr; }
+    /// The completion queue of every QP of the shard.
     ibv_cq* cq() const noexcept { return _cq->cq(); }
+    /// The shared receive queue of every QP of the shard.
     internal::shared_receive_queue& srq() noexcept { return *_srq; }
+    /// The shard's registered memory.
     memory_pool& pool() noexcept { return *_pool; }
+    /// The rdma_cm event channel of the shard's ids.
     rdma_event_channel* cm_channel() const noexcept { return _cm; }
+    /// The shard that owns the context.
     unsigned shard() const noexcept { return _shard; }
+    /// The options given to `rdma::start`.
     const options& opts() const noexcept { return _opts; }
+    /// A snapshot of the shard's counters.
     context_stats stats() const noexcept;
 
     // --- used by connections and listeners (internal)
@@ -78,6 +89,7 @@ public:
     void add_connection(internal::connection_impl* c, unsigned send_queue_depth);
     /// Routes receives of QP `qpn` to `c`.
     void register_qp(uint32_t qpn, internal::connection_impl* c);
+    /// Stops routing receives of QP `qpn` (later ones find no owner and are dropped).
     void unregister_qp(uint32_t qpn) noexcept;
     /// Forgets a connection whose verbs resources are gone.
     void remove_connection(internal::connection_impl* c, unsigned send_queue_depth) noexcept;
@@ -87,17 +99,24 @@ public:
     void mark_starved(internal::connection_impl* c) noexcept;
     /// Releases `c`'s verbs resources at the end of the current poll (never inside dispatch).
     void destroy_later(internal::connection_impl* c) noexcept;
+    /// Tracks an open acceptor of this shard (found by id, closed by `close_all`).
     void add_acceptor(internal::acceptor* a);
+    /// The shard's open acceptors.
     const std::vector<internal::acceptor*>& acceptors() const noexcept { return _acceptors; }
+    /// Forgets a closed acceptor.
     void remove_acceptor(internal::acceptor* a) noexcept;
+    /// Tracks a listening id this shard owns.
     void add_listener(internal::listener_impl* l);
+    /// Forgets a destroyed listening id.
     void remove_listener(internal::listener_impl* l) noexcept;
     /// Polls the CQ until empty (used before tearing a connection down).
     unsigned drain_cq() noexcept { return _cq->drain(); }
+    /// Counts one ibv_post_send carrying `requests` work requests.
     void count_post(unsigned requests) noexcept {
         ++_post_send_calls;
         _send_requests += requests;
     }
+    /// True once `close_all` began: new connections are refused.
     bool stopping() const noexcept { return _stopping; }
 
     /// Starts the poller and the event-channel watchers.
@@ -151,9 +170,10 @@ future<> start();
 future<> stop();
 /// Whether `start` has completed on the calling shard.
 bool started() noexcept;
-/// The context registry of every shard's rdma_cm channel (for migrating accepted ids).
 namespace internal {
+/// The rdma_cm event channel of `shard` (null before `start` or after `stop`); listeners migrate
+/// accepted ids to it.
 rdma_event_channel* cm_channel_of(unsigned shard) noexcept;
-}
+} // namespace internal
 
 } // namespace shoal::net::rdma

@@ -51,6 +51,7 @@ public:
     /// Unregisters and stops watching; resolves when io_uring has let go of the channel fd.
     future<> stop();
 
+    /// The completion queue.
     ibv_cq* cq() const noexcept { return _cq; }
     /// CQ entries available.
     unsigned capacity() const noexcept { return unsigned(_cq->cqe); }
@@ -58,6 +59,7 @@ public:
     void ensure_capacity(unsigned entries);
     /// Polls and dispatches until the CQ is empty; returns the completions handled.
     unsigned drain() noexcept;
+    /// The poller's counters.
     const cq_stats& stats() const noexcept { return _stats; }
 
     bool poll() override;

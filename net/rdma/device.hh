@@ -45,10 +45,15 @@ public:
     /// what was looked for and what exists (also when the host has no RDMA device at all).
     static std::shared_ptr<const device> open(const device_options& opts = {});
 
+    /// The verbs context (librdmacm's, not owned).
     ibv_context* context() const noexcept { return _ctx; }
+    /// The verbs device name.
     const std::string& name() const noexcept { return _name; }
+    /// The port in use (an active one).
     uint8_t port() const noexcept { return _port; }
+    /// Index of the chosen GID in the port's GID table.
     int gid_index() const noexcept { return _gid_index; }
+    /// The chosen GID.
     const ibv_gid& gid() const noexcept { return _gid; }
     /// The GID as text ("::ffff:10.10.0.1" or "fe80::...").
     std::string gid_text() const;
@@ -59,10 +64,14 @@ public:
     const std::string& ipv4_address() const noexcept { return _ipv4; }
     /// "Ethernet" or "InfiniBand".
     std::string link_layer() const;
+    /// The device's attributes (ibv_query_device_ex).
     const ibv_device_attr_ex& attributes() const noexcept { return _attr; }
+    /// The attributes of the port in use.
     const ibv_port_attr& port_attributes() const noexcept { return _port_attr; }
+    /// What the device and provider support, probed at `open`.
     const device_capabilities& capabilities() const noexcept { return _caps; }
-    /// One line for logs: "rxe0 port 1, GID[1] ::ffff:10.10.0.1 (RoCEv2), ...".
+    /// One line for logs: name, port, link layer, MTU, GID, inline limit and thread domain
+    /// ("rxe0 port 1 (Ethernet, MTU 1024), GID[1] ::ffff:10.10.0.1 (RoCEv2), ...").
     std::string describe() const;
 
     device(const device&) = delete;

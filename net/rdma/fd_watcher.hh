@@ -13,6 +13,7 @@ namespace shoal::net::rdma::internal {
 /// fd wakes it, with no extra thread. Lives on one shard; stop it before destroying it.
 class fd_watcher final : public io_completion {
 public:
+    /// Watches `fd` (not owned, not closed) once `start()` is called.
     fd_watcher(int fd, std::function<void()> on_readable);
     ~fd_watcher();
     fd_watcher(const fd_watcher&) = delete;

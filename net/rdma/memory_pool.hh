@@ -83,11 +83,13 @@ public:
     buffer& operator=(const buffer&) = delete;
     ~buffer() { reset(); }
 
+    /// Start of the buffer's memory.
     char* data() const noexcept { return _d->data; }
     /// Usable bytes (the size class, at least what was asked for).
     size_t capacity() const noexcept;
     /// The local key of the registered region holding the buffer.
     uint32_t lkey() const noexcept { return _d->lkey; }
+    /// True when it holds a buffer.
     explicit operator bool() const noexcept { return _d != nullptr; }
 
     /// Gives the buffer up as a temporary_buffer of its first `length` bytes, without copying;
@@ -131,8 +133,11 @@ public:
     bool above_high_watermark() const noexcept;
     /// The local key when [p, p + len) lies inside one of the pool's regions.
     std::optional<uint32_t> lkey_of(const void* p, size_t len) const noexcept;
+    /// The pool's counters.
     const pool_stats& stats() const noexcept { return _stats; }
+    /// The options in effect (sizes rounded as described in `pool_options`).
     const pool_options& options() const noexcept { return _opts; }
+    /// The shard that owns the pool.
     unsigned shard() const noexcept { return _shard; }
 
 private:

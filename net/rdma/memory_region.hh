@@ -18,9 +18,11 @@ enum class access : unsigned {
     remote_write = 2,
     remote_atomic = 4,
 };
+/// Both sets of rights.
 constexpr access operator|(access a, access b) noexcept {
     return access(unsigned(a) | unsigned(b));
 }
+/// Whether `set` includes right `bit`.
 constexpr bool has(access set, access bit) noexcept {
     return (unsigned(set) & unsigned(bit)) != 0;
 }
@@ -60,10 +62,15 @@ public:
     memory_region& operator=(const memory_region&) = delete;
     ~memory_region() { deregister(); }
 
+    /// Start of the registered memory.
     char* data() const noexcept { return static_cast<char*>(_mr->addr); }
+    /// Registered length in bytes.
     size_t size() const noexcept { return _mr->length; }
+    /// The local key (what a local_span carries).
     uint32_t lkey() const noexcept { return _mr->lkey; }
+    /// The remote key a peer uses (works only for the rights granted).
     uint32_t rkey() const noexcept { return _mr->rkey; }
+    /// True while registered.
     explicit operator bool() const noexcept { return _mr != nullptr; }
     /// `len` bytes at `offset`; throws std::out_of_range past the end.
     local_span span(size_t offset, size_t len) const;
@@ -91,15 +98,20 @@ memory_region register_memory(void* addr, size_t len, access a = access::none);
 class exported_region {
 public:
     exported_region() noexcept = default;
+    /// Exports the registration `mr` as it is.
     explicit exported_region(memory_region mr) noexcept
         : _mr(std::move(mr)) {}
     /// What to hand to the peer.
     remote_region descriptor() const noexcept { return _mr.remote(); }
     /// The local view of the same memory.
     local_span span(size_t offset, size_t len) const { return _mr.span(offset, len); }
+    /// Start of the exported memory.
     char* data() const noexcept { return _mr.data(); }
+    /// Exported length in bytes.
     size_t size() const noexcept { return _mr.size(); }
+    /// Deregisters now: the peer's later accesses fail.
     void revoke() noexcept { _mr.deregister(); }
+    /// True once revoked (also for a default-constructed one).
     bool revoked() const noexcept { return !_mr; }
 
 private:

@@ -46,6 +46,7 @@ std::optional<std::string> decode_reject_reason(std::span<const uint8_t> data);
 /// What a stream message carries in its immediate data (host order before htonl):
 ///   bits 31-30 kind, bits 29-24 control credits returned, bits 23-0 data credits returned.
 enum class msg_kind : uint8_t { data = 0, ctrl = 1, fin = 2 };
+/// The immediate data of a stream message, unpacked.
 struct imm_fields {
     msg_kind kind = msg_kind::data;
     uint32_t credits = 0;      ///< data credits returned (at most max_imm_credits)

@@ -53,11 +53,13 @@ class acceptor;
 /// dropping the last one closes it.
 class connection_ref {
 public:
+    /// Holds `impl`, whose user count the caller has raised (see `connection_impl::make_ref`).
     explicit connection_ref(connection_impl* impl) noexcept
         : _impl(impl) {}
     ~connection_ref();
     connection_ref(const connection_ref&) = delete;
     connection_ref& operator=(const connection_ref&) = delete;
+    /// The connection held.
     connection_impl& impl() const noexcept { return *_impl; }
 
 private:
@@ -78,6 +80,7 @@ struct send_slot final : completion_handler {
     net::temporary_buffer held; // caller memory sent in place
     promise<> done;             // READ / WRITE / WRITE_WITH_IMM
     promise<uint64_t> value;    // atomics: the previous value
+    /// Passes the completion to the connection, which retires this slot and the ones before it.
     void complete(const ibv_wc& wc) noexcept override;
 };
 
@@ -87,6 +90,9 @@ struct send_slot final : completion_handler {
 /// handler of its rdma_cm id's events. Created and used on one shard.
 class connection_impl final : public cm_handler {
 public:
+    /// A connection over rdma_cm id `id` (`active`: the connecting side) on `ctx`'s shard; becomes
+    /// the id's event handler and arms the setup timeout. Throws when the shard is stopping or
+    /// its CQ cannot grow.
     connection_impl(shard_context& ctx, rdma_cm_id* id, const connection_options& opts, bool active);
     ~connection_impl();
     connection_impl(const connection_impl&) = delete;
@@ -98,29 +104,45 @@ public:
     /// Passive side: creates the QP for a request carrying `peer` and accepts it; once
     /// established the connection is handed to `a`. Throws (the caller rejects).
     void accept(const conn_params& peer, const cm_event& request, acceptor* a);
+    /// Advances setup (resolution, connect, established) or teardown; setup errors fail it.
     void on_cm_event(const cm_event& ev) noexcept override;
     /// The acceptor went away before the connection was established.
     void forget_acceptor() noexcept { _acceptor = nullptr; }
 
     // --- state
+    /// Established and not failed.
     bool usable() const noexcept { return _state == state::established && !_error; }
+    /// Its QP and id are freed.
     bool closed() const noexcept { return _state == state::closed; }
+    /// Why it closed or broke (null while usable).
     std::exception_ptr error() const noexcept { return _error; }
+    /// The region the peer offered, if any.
     const std::optional<remote_region>& peer_region() const noexcept { return _peer.region; }
+    /// What the peer announced in its private data.
     const conn_params& peer_params() const noexcept { return _peer; }
+    /// This side's address (known once established).
     net::socket_address local_address() const noexcept { return _local_addr; }
+    /// The peer's address.
     net::socket_address peer_address() const noexcept { return _peer_addr; }
+    /// Counters of this connection.
     const connection_stats& stats() const noexcept { return _stats; }
+    /// The shard it lives on.
     unsigned shard() const noexcept { return _shard; }
+    /// The QP number; 0 while there is no QP.
     uint32_t qp_num() const noexcept { return _qp ? _qp->qp_num : 0; }
     /// Closes the connection (disconnect, flush, free); pending operations fail with `why`.
     void close(std::exception_ptr why) noexcept;
     /// A user ref was dropped.
     void release_user() noexcept;
+    /// A new user hold (raises the user count).
     std::shared_ptr<connection_ref> make_ref();
 
     // --- data path (queue_pair.cc)
+    /// Posts the queued send requests as one list, adding a credit message first when one is
+    /// due. Called by the context once per poll.
     void post_pending() noexcept;
+    /// A signaled send completed: retires it and the unsignaled requests before it; an error
+    /// closes the connection.
     void on_send_complete(send_slot& s, const ibv_wc& wc) noexcept;
     /// A receive of this QP completed; returns with `buf` taken when the data went to a reader.
     void on_receive(const ibv_wc& wc, buffer& buf) noexcept;
@@ -130,20 +152,34 @@ public:
     void destroy_resources() noexcept;
 
     // --- one-sided (one_sided.cc)
+    /// See `rdma::connection::read`; waits for a free send slot.
     future<> read(local_span dst, const remote_region& src, uint64_t offset);
+    /// See `rdma::connection::write`; waits for a free send slot.
     future<> write(local_span src, const remote_region& dst, uint64_t offset);
+    /// See `rdma::connection::write_with_imm`; waits for a free send slot and a credit.
     future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
+    /// See `rdma::connection::fetch_add`; the remote address must be 8-byte aligned.
     future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
+    /// See `rdma::connection::compare_swap`; the remote address must be 8-byte aligned.
     future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                   uint64_t desired);
+    /// See `rdma::connection::next_immediate`; one waiter at a time.
     future<uint32_t> next_immediate();
 
     // --- stream (stream.cc)
+    /// The next received message; empty at end of stream. One read at a time.
     future<net::temporary_buffer> stream_get();
+    /// Queues bytes to send as credits allow; waits while more than `send_buffer_limit` are
+    /// queued.
     future<> stream_put(net::temporary_buffer buf);
+    /// Resolves at once, unless the connection failed with bytes still queued.
     future<> stream_flush();
+    /// Sends end of stream after the queued bytes; resolves when that send completed.
     future<> stream_close_output();
+    /// Drops unread messages (returning their credits) and ends the stream for the reader.
     void stream_shutdown_input() noexcept;
+    /// Largest message this side sends: the peer's receive size, capped by the pool's largest
+    /// buffer.
     size_t stream_piece_size() const noexcept;
 
 private:

@@ -34,10 +34,15 @@ public:
     shared_receive_queue(const shared_receive_queue&) = delete;
     shared_receive_queue& operator=(const shared_receive_queue&) = delete;
 
+    /// The verbs SRQ.
     ibv_srq* srq() const noexcept { return _srq; }
+    /// Size of every receive buffer.
     size_t buffer_size() const noexcept { return _buffer_size; }
+    /// Receives the SRQ holds at most.
     unsigned capacity() const noexcept { return _max_wr; }
+    /// Receives posted now.
     unsigned posted() const noexcept { return _posted; }
+    /// Receives promised to peers.
     unsigned committed() const noexcept { return _committed; }
 
     /// Promises up to `n` more receives to a peer, posting new buffers as needed; returns how

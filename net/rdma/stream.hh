@@ -15,6 +15,7 @@ namespace shoal::net::rdma::internal {
 /// the pool when the reader drops it.
 class stream_source final : public net::data_source_impl {
 public:
+    /// Reads the connection held by `ref`; the connection sets this source's end-of-stream flag.
     explicit stream_source(std::shared_ptr<connection_ref> ref);
     ~stream_source() override;
     future<net::temporary_buffer> get() override;
@@ -27,6 +28,7 @@ private:
 /// Sends bytes as messages of at most the peer's receive size, within the peer's credits.
 class stream_sink final : public net::data_sink_impl {
 public:
+    /// Writes to the connection held by `ref`.
     explicit stream_sink(std::shared_ptr<connection_ref> ref) noexcept
         : _ref(std::move(ref)) {}
     future<> put(net::temporary_buffer buf) override;
@@ -41,11 +43,14 @@ private:
 /// A connected_socket over an RDMA connection.
 class stream_socket final : public net::connected_socket_impl {
 public:
+    /// The stream of the connection held by `ref`.
     explicit stream_socket(std::shared_ptr<connection_ref> ref) noexcept
         : _ref(std::move(ref)) {}
     std::unique_ptr<net::data_source_impl> source() override;
     std::unique_ptr<net::data_sink_impl> sink() override;
     void shutdown_input() override;
+    /// Starts ending the output (end of stream after the queued bytes) without waiting;
+    /// errors are dropped.
     void shutdown_output() override;
     void set_nodelay(bool on) override { _nodelay = on; }
     bool get_nodelay() const override { return _nodelay; }
@@ -63,6 +68,7 @@ private:
 /// A server_socket whose connections are RDMA streams.
 class stream_server_socket final : public net::server_socket_impl {
 public:
+    /// Serves the connections `l` accepts, each as a stream.
     explicit stream_server_socket(listener l) noexcept
         : _l(std::move(l)) {}
     future<net::accept_result> accept() override;

@@ -75,6 +75,8 @@ public:
         ++_users;
         top_up();
     }
+    /// A receive counted by `add_user` got its last completion; a detached ring that nobody
+    /// uses any more frees itself.
     void remove_user() noexcept {
         --_users;
         maybe_free();

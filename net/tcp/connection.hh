@@ -36,27 +36,45 @@ public:
     /// Wraps connected socket `fd`, taking ownership; `peer` is the remote address.
     static connected_socket make_socket(int fd, const socket_address& peer);
 
+    /// Adds a handle (the connected socket, the data source or the data sink).
     void hold() noexcept { ++_handles; }
+    /// Drops a handle. After the last one receiving stops, unread data is dropped, and the
+    /// object frees itself once queued output is sent and the kernel holds no request of it.
     void release() noexcept;
 
     // --- receiving (see data_source_impl)
+    /// The next received buffer (arming the receive when needed); empty at end of stream. One
+    /// read at a time.
     future<temporary_buffer> get();
+    /// Drops unread data, ends the stream for the reader and cancels the receive.
     future<> close_input();
+    /// `close_input` plus shutdown(SHUT_RD) of the socket.
     void shutdown_input();
+    /// Sets the data source whose end-of-stream flag this connection sets (null: none).
     void attach_source(tcp_data_source* s) noexcept { _source = s; }
 
     // --- sending (see data_sink_impl)
+    /// Queues `buf` for sending; waits while more than `config::send_window` bytes are queued.
     future<> put(temporary_buffer buf);
+    /// Resolves at once (the queue is sent in the background) unless a send failed.
     future<> flush();
+    /// Refuses further puts; resolves once the queue is sent and the write side is shut down.
     future<> close_output();
+    /// Refuses further puts and shuts the write side down once the queue is sent, without waiting.
     void shutdown_output();
 
     // --- options and addresses
+    /// Sets TCP_NODELAY; throws std::system_error.
     void set_nodelay(bool on);
+    /// Reads TCP_NODELAY; throws std::system_error.
     bool get_nodelay() const;
+    /// Sets SO_KEEPALIVE; throws std::system_error.
     void set_keepalive(bool on);
+    /// Reads SO_KEEPALIVE; throws std::system_error.
     bool get_keepalive() const;
+    /// The socket's local address (getsockname); throws std::system_error.
     socket_address local_address() const;
+    /// The remote address given at creation.
     const socket_address& peer_address() const noexcept { return _peer; }
 
     /// Called by the canceller when one of our cancellations completed.

@@ -38,6 +38,7 @@ inline uint64_t user_data_of(io_completion* c) noexcept {
 template <typename Owner>
 class canceller final : public io_completion {
 public:
+    /// Reports to `owner`, which must stay alive while cancellations are pending.
     explicit canceller(Owner& owner) noexcept
         : _owner(owner) {}
     /// Queues a cancellation of the request whose completion object is `target`.
@@ -49,6 +50,7 @@ public:
     }
     /// Cancellations whose completion has not arrived yet.
     unsigned pending() const noexcept { return _pending; }
+    /// One cancellation completed: uncounts it and calls `Owner::cancel_done()`.
     void complete(int, uint32_t) noexcept override {
         --_pending;
         _owner.cancel_done();

@@ -22,13 +22,18 @@ namespace shoal::net::tcp::internal {
 /// included, has arrived; only then is the fd closed (a queued accept SQE names the fd).
 class listener final {
 public:
+    /// Takes over listening socket `fd`, bound to `addr`; pauses accepting while `backlog` (at
+    /// least 16) accepted connections wait unclaimed.
     listener(int fd, const socket_address& addr, int backlog);
 
+    /// The next connection (queued ones first); arms the multishot accept when none is armed.
+    /// One accept at a time.
     future<accept_result> accept();
     /// Fails a pending accept and every later one, stops accepting, closes the socket.
     void abort_accept() noexcept;
     /// The owning server_socket is gone: abort and free once the kernel is done.
     void release() noexcept;
+    /// The bound address.
     const socket_address& local_address() const noexcept { return _addr; }
 
     /// Called by the canceller when one of our cancellations completed.
