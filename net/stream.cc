@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 namespace shoal::net {
@@ -86,6 +87,12 @@ future<> input_stream::close() {
 
 // --- output_stream
 
+namespace {
+future<> not_connected() {
+    return make_exception_future<>(std::logic_error("output_stream: not connected to a socket"));
+}
+} // namespace
+
 output_stream::output_stream(std::unique_ptr<data_sink_impl> sink, size_t buffer_size)
     : _sink(std::move(sink)) {
     size_t hint = _sink ? _sink->buffer_size_hint() : 0;
@@ -112,6 +119,9 @@ future<> output_stream::write(std::string_view bytes) {
     if (bytes.empty()) {
         return make_ready_future<>();
     }
+    if (!_sink) {
+        return not_connected();
+    }
     if (!_buf) {
         _buf = temporary_buffer(_buffer_size);
     }
@@ -130,28 +140,30 @@ future<> output_stream::write(std::string_view bytes) {
     }
     std::memcpy(_buf.get_write() + _used, bytes.data(), room);
     _used += room;
-    auto rest = bytes.substr(room);
-    return put_gathered().then([this, rest] { return write(rest); });
+    // The caller's bytes may go once this returns: copy the rest now, send it after the
+    // gathered bytes.
+    auto rest = temporary_buffer::copy_of(bytes.substr(room));
+    return put_gathered().then([this, rest = std::move(rest)]() mutable { return write(std::move(rest)); });
 }
 
 future<> output_stream::write(temporary_buffer buf) {
     if (buf.empty()) {
         return make_ready_future<>();
     }
+    if (!_sink) {
+        return not_connected();
+    }
     if (buf.size() < _buffer_size / 2 || (_used && _used + buf.size() <= _buffer_size)) {
-        if (_used + buf.size() <= _buffer_size) {
-            // It fits: write() copies it before returning, so `buf` may go now.
-            return write(buf.view());
-        }
-        // It spills over: the rest is copied after the gathered bytes were put, so keep it.
-        auto held = std::make_unique<temporary_buffer>(std::move(buf));
-        auto view = held->view();
-        return write(view).finally([held = std::move(held)] {});
+        // Small: gathered (write(string_view) copies everything before it returns).
+        return write(buf.view());
     }
     return put_gathered().then([this, buf = std::move(buf)]() mutable { return _sink->put(std::move(buf)); });
 }
 
 future<> output_stream::flush() {
+    if (!_sink) {
+        return not_connected();
+    }
     return put_gathered().then([this] { return _sink->flush(); });
 }
 

@@ -40,13 +40,22 @@ future<> client_loop(net::connected_socket s, net::temporary_buffer msg, clock_t
         // The write proceeds while we read: large messages stream both ways at once.
         auto written = out.write(msg.share()).then([&out] { return out.flush(); });
         size_t got = 0;
-        while (got < size) {
-            net::temporary_buffer b = co_await in.read_up_to(size - got);
-            if (b.empty()) {
-                co_await std::move(written);
-                throw std::runtime_error("server closed the connection");
+        std::exception_ptr failed;
+        try {
+            while (got < size) {
+                net::temporary_buffer b = co_await in.read_up_to(size - got);
+                if (b.empty()) {
+                    throw std::runtime_error("server closed the connection");
+                }
+                got += b.size();
             }
-            got += b.size();
+        } catch (...) {
+            failed = std::current_exception();
+        }
+        if (failed) {
+            // The write still uses `out`, which lives in this frame: let it finish first.
+            co_await std::move(written).handle_exception([](std::exception_ptr) {});
+            std::rethrow_exception(failed);
         }
         co_await std::move(written);
         auto t1 = clock_type::now();

@@ -18,7 +18,9 @@
 #include "net/rdma/options.hh"
 #include "net/tcp/tcp.hh"
 
+#include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,8 +47,32 @@ std::vector<std::string> split(const std::string& text, char sep) {
     return out;
 }
 
+/// --port as a TCP/rdma_cm port; throws std::invalid_argument naming the option.
+uint16_t port_of(const app& a) {
+    uint64_t p = a.get_size("port");
+    if (p > 65535) {
+        throw std::invalid_argument("--port " + a.get("port") + ": a port is 0..65535");
+    }
+    return uint16_t(p);
+}
+
+/// The option `name` as a non-negative number of seconds; throws std::invalid_argument.
+std::chrono::duration<double> seconds_of(const app& a, const std::string& name) {
+    const std::string text = a.get(name);
+    size_t used = 0;
+    double v = -1;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+    }
+    if (v < 0 || used != text.size()) {
+        throw std::invalid_argument("--" + name + " '" + text + "': expected a number of seconds");
+    }
+    return std::chrono::duration<double>(v);
+}
+
 future<int> run_server(const app& a, transport t, std::string host) {
-    auto addr = net::socket_address::from_host_port(host, uint16_t(a.get_size("port")));
+    auto addr = net::socket_address::from_host_port(host, port_of(a));
     co_await t.start();
     sharded<echo_server> servers;
     co_await servers.start(t);
@@ -98,8 +124,8 @@ future<int> run_client(const app& a, transport t, std::string host) {
     for (const auto& c : split(a.get("concurrency"), ',')) {
         o.concurrency.push_back(unsigned(parse_size(c)));
     }
-    o.duration = std::chrono::duration<double>(std::stod(a.get("duration")));
-    o.warmup = std::chrono::duration<double>(std::stod(a.get("warmup")));
+    o.duration = seconds_of(a, "duration");
+    o.warmup = seconds_of(a, "warmup");
     o.repeat = unsigned(a.get_size("repeat"));
     if (a.has("targets")) {
         for (const auto& item : split(a.get("targets"), ',')) {
@@ -117,7 +143,7 @@ future<int> run_client(const app& a, transport t, std::string host) {
             o.targets.push_back({item.substr(0, eq), net::socket_address::parse(where), pid});
         }
     } else {
-        auto addr = net::socket_address::from_host_port(host, uint16_t(a.get_size("port")));
+        auto addr = net::socket_address::from_host_port(host, port_of(a));
         o.targets.push_back({t.name, addr});
     }
     co_await t.start();
@@ -179,6 +205,16 @@ int main(int argc, char** argv) {
     }
     net::tcp::config tcfg = net::tcp::get_config();
     try {
+        // Bad values are reported here, before any shard starts.
+        (void)port_of(a);
+        (void)seconds_of(a, "duration");
+        (void)seconds_of(a, "warmup");
+        for (const auto& n : split(a.get("sizes"), ',')) {
+            (void)parse_size(n);
+        }
+        for (const auto& n : split(a.get("concurrency"), ',')) {
+            (void)parse_size(n);
+        }
         tcfg.recv_buffers = unsigned(a.get_size("recv-buffers"));
         tcfg.recv_buffer_size = size_t(a.get_size("recv-buffer-size"));
     } catch (const std::exception& e) {

@@ -6,6 +6,8 @@
 #include "net/rdma/error.hh"
 
 #include <cstring>
+#include <stdexcept>
+#include <utility>
 
 #include <arpa/inet.h>
 
@@ -307,10 +309,16 @@ size_t stream_sink::buffer_size_hint() const noexcept {
 }
 
 std::unique_ptr<net::data_source_impl> stream_socket::source() {
+    if (std::exchange(_source_taken, true)) {
+        throw std::logic_error("connected_socket::input() called twice");
+    }
     return std::make_unique<stream_source>(_ref);
 }
 
 std::unique_ptr<net::data_sink_impl> stream_socket::sink() {
+    if (std::exchange(_sink_taken, true)) {
+        throw std::logic_error("connected_socket::output() called twice");
+    }
     return std::make_unique<stream_sink>(_ref);
 }
 

@@ -61,6 +61,8 @@ public:
 
 private:
     std::shared_ptr<connection_ref> _ref;
+    bool _source_taken = false;
+    bool _sink_taken = false;
     bool _nodelay = true; // sends are never delayed (coalescing happens only without credits)
     bool _keepalive = false;
 };

@@ -139,6 +139,9 @@ TEST(stream, echo_from_1_byte_to_16_MB) {
             net::connected_socket s = co_await rdma::connect(a);
             net::input_stream in = s.input();
             net::output_stream out = s.output();
+            // Like TCP's: each stream is taken once; a second reader would share the connection.
+            EXPECT_THROW(s.input(), std::logic_error);
+            EXPECT_THROW(s.output(), std::logic_error);
             const uint64_t regs = rdma::registration_count();
             const size_t sizes[] = {1,     100,   511,   512,   513,     4096,
                                     16383, 16384, 16385, 65543, 1 << 20, 16 << 20};

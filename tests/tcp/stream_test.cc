@@ -2,8 +2,11 @@
 
 #include "test_util.hh"
 
+#include "core/future_util.hh"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <vector>
@@ -60,7 +63,91 @@ private:
     bool& _closed;
 };
 
+/// Records what it is given, but each put completes only when the test says so.
+class slow_sink final : public data_sink_impl {
+public:
+    explicit slow_sink(std::vector<std::string>& puts, std::deque<promise<>>& pending)
+        : _puts(puts)
+        , _pending(pending) {}
+    future<> put(temporary_buffer buf) override {
+        _puts.emplace_back(buf.view());
+        _pending.emplace_back();
+        return _pending.back().get_future();
+    }
+    future<> close() override { return make_ready_future<>(); }
+    size_t buffer_size_hint() const noexcept override { return 16; }
+
+private:
+    std::vector<std::string>& _puts;
+    std::deque<promise<>>& _pending;
+};
+
 } // namespace
+
+TEST(StreamApi, WriteCopiesTheCallersBytesBeforeReturning) {
+    // A write that spills over the gathering buffer waits for the sink; the caller's bytes
+    // must not be needed after write() returned.
+    std::vector<std::string> puts;
+    std::deque<promise<>> pending;
+    int rc = run([&]() -> future<> {
+        output_stream out(std::make_unique<slow_sink>(puts, pending));
+        co_await out.write("0123456789"); // 10 of 16 bytes gathered
+        future<> f = make_ready_future<>();
+        {
+            std::string caller(20, 'a');
+            for (size_t i = 0; i < caller.size(); ++i) {
+                caller[i] = char('a' + i);
+            }
+            f = out.write(caller);                        // fills the buffer, the sink holds the put
+            std::fill(caller.begin(), caller.end(), '#'); // then the caller reuses its memory
+        }
+        EXPECT_FALSE(f.available());
+        EXPECT_EQ(pending.size(), 1u);
+        // Let the sink complete its puts one by one until the write is done, then flush.
+        auto drive = [&pending](future<>& op) -> future<> {
+            while (!op.available()) {
+                if (!pending.empty()) {
+                    pending.front().set_value();
+                    pending.pop_front();
+                }
+                co_await yield();
+            }
+        };
+        co_await drive(f);
+        co_await std::move(f);
+        future<> flushed = out.flush();
+        co_await drive(flushed);
+        co_await std::move(flushed);
+    });
+    EXPECT_EQ(rc, 0);
+    std::string all;
+    for (const auto& p : puts) {
+        all += p;
+    }
+    EXPECT_EQ(all, "0123456789abcdefghijklmnopqrst");
+}
+
+TEST(StreamApi, DefaultConstructedOutputStreamFailsCleanly) {
+    int rc = run([]() -> future<> {
+        output_stream out;
+        bool failed = false;
+        try {
+            co_await out.write("x");
+        } catch (const std::logic_error&) {
+            failed = true;
+        }
+        EXPECT_TRUE(failed);
+        failed = false;
+        try {
+            co_await out.flush();
+        } catch (const std::logic_error&) {
+            failed = true;
+        }
+        EXPECT_TRUE(failed);
+        co_await out.close(); // nothing to close: fine
+    });
+    EXPECT_EQ(rc, 0);
+}
 
 TEST(StreamApi, InputReadExactlyReadUpToUnread) {
     int rc = run([]() -> future<> {
