@@ -62,7 +62,8 @@ future<> drain_forever(net::connected_socket s) {
 }
 
 future<latency_row> measure_rtt(net::socket_address a, size_t size, unsigned iterations) {
-    net::connected_socket s = co_await rdma::connect(a);
+    rdma::connection c = co_await rdma::connect_rc(a);
+    net::connected_socket s = c.socket();
     net::input_stream in = s.input();
     net::output_stream out = s.output();
     std::string msg(size, 'x');
@@ -79,6 +80,13 @@ future<latency_row> measure_rtt(net::socket_address a, size_t size, unsigned ite
         }
     }
     co_await out.close();
+    const rdma::connection_stats& st = c.stats();
+    std::fprintf(
+        stderr,
+        "client connection, %zu B: %lu messages sent (%lu inline), %lu credit-only sent, %lu received, "
+        "%lu signaled, %lu unsignaled, %lu credit stalls\n",
+        size, st.messages_sent, st.inline_sends, st.ctrl_sent, st.ctrl_received, st.signaled, st.unsignaled,
+        st.credit_stalls);
     std::sort(us.begin(), us.end());
     double sum = 0;
     for (double v : us) {

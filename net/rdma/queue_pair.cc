@@ -418,10 +418,13 @@ void connection_impl::maybe_queue_ctrl() noexcept {
     if (_send_ctrl_credits == 0 || free_slots() == 0) {
         return;
     }
+    // Credits ride on data messages for free; a message of their own costs a whole send (on
+    // rxe, a system call that runs the protocol). So they get one only when the peer is down to
+    // half its window: in request/response traffic the next reply carries them, and a one-way
+    // sender still has half a window in flight while they travel.
     uint32_t window = _opts.credits;
     uint32_t peer_has = _granted - _credits_to_return;
-    bool credits_due =
-        _credits_to_return > 0 && (_credits_to_return >= std::max(1u, window / 4) || peer_has <= window / 2);
+    bool credits_due = _credits_to_return > 0 && peer_has <= window / 2;
     bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;
     if (!credits_due && !acks_due) {
         return;

@@ -209,6 +209,9 @@ TEST(stream, small_messages_inline_unsignaled_and_zero_copy_echo) {
         EXPECT_GT(cs.unsignaled, cs.signaled) << "sends should be mostly unsignaled";
         EXPECT_EQ(ss.messages_received, 205u);
         EXPECT_GE(ss.zero_copy_sends, 5u) << "received buffers were copied to be echoed";
+        // Request/response: every reply carries the credits back, so no message of their own.
+        EXPECT_EQ(cs.ctrl_sent, 0u) << "credit-only messages in request/response traffic";
+        EXPECT_EQ(ss.ctrl_sent, 0u) << "credit-only messages in request/response traffic";
         c = rdma::connection();
         EXPECT_TRUE(co_await all_connections_gone());
     });
