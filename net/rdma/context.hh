@@ -168,7 +168,8 @@ future<> start();
 /// Closes every RDMA connection and listener and destroys the shards' contexts. Buffers and
 /// connections the application still holds should be dropped first.
 future<> stop();
-/// Whether `start` has completed on the calling shard.
+/// Whether the calling shard has its RDMA context (`start` built it here; other shards may
+/// still be starting until `start` resolves).
 bool started() noexcept;
 namespace internal {
 /// The rdma_cm event channel of `shard` (null before `start` or after `stop`); listeners migrate

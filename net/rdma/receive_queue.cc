@@ -33,7 +33,12 @@ shared_receive_queue::shared_receive_queue(ibv_pd* pd, memory_pool& pool, unsign
         throw_errno("ibv_create_srq(" + std::to_string(max_wr) + " receives)", errno);
     }
     _max_wr = std::min(max_wr, attr.attr.max_wr ? attr.attr.max_wr : max_wr);
-    _slots = std::make_unique<slot[]>(_max_wr);
+    try {
+        _slots = std::make_unique<slot[]>(_max_wr);
+    } catch (...) {
+        ibv_destroy_srq(_srq); // the destructor does not run for a constructor that throws
+        throw;
+    }
     for (unsigned i = _max_wr; i-- > 0;) {
         _slots[i].q = this;
         _slots[i].next_free = _free;

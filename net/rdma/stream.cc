@@ -370,15 +370,23 @@ listener& listener::operator=(listener&&) noexcept = default;
 listener::~listener() = default;
 
 future<connection> listener::accept() {
+    if (!_a) {
+        return make_exception_future<connection>(std::logic_error("rdma::listener::accept: not listening"));
+    }
     return _a->accept().then(
         [](std::shared_ptr<internal::connection_ref> ref) { return connection(std::move(ref)); });
 }
 
 void listener::abort_accept() {
-    _a->abort_accept();
+    if (_a) {
+        _a->abort_accept();
+    }
 }
 
 net::socket_address listener::local_address() const {
+    if (!_a) {
+        throw std::logic_error("rdma::listener::local_address: not listening");
+    }
     return _a->local_address();
 }
 

@@ -2,6 +2,7 @@
 // looked for, and the engine keeps working.
 #include "core/future_util.hh"
 #include "core/smp.hh"
+#include "net/rdma/connection.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/device.hh"
 #include "net/rdma/error.hh"
@@ -71,3 +72,13 @@ TEST(shard_checks, a_resource_touched_from_another_shard_aborts_in_debug_builds)
     rdma::internal::check_shard(0, "RDMA connection"); // the owner: fine
 }
 #endif
+
+TEST(listener, a_default_constructed_one_fails_cleanly) {
+    rdma::listener l;
+    EXPECT_THROW((void)l.local_address(), std::logic_error);
+    l.abort_accept(); // nothing to abort
+    future<rdma::connection> f = l.accept();
+    ASSERT_TRUE(f.available());
+    EXPECT_TRUE(f.failed());
+    EXPECT_THROW((void)f.get(), std::logic_error);
+}
