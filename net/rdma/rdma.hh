@@ -5,6 +5,8 @@
 //     net::connected_socket over SEND/RECV with credits);
 //   - connections with one-sided operations: rdma::listen_rc / rdma::connect_rc, regions
 //     exported with rdma::export_region, registered memory from the shard's pool;
+//   - ring channels: messages written with one-sided RDMA into a ring in the receiver's memory
+//     (rdma::ring_consumer / rdma::ring_producer, ring_channel.hh);
 //   - the NIC-local CPU set: nic_local.hh.
 // See docs/rdma.md.
 
@@ -16,3 +18,4 @@
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/nic_local.hh"
 #include "net/rdma/options.hh"
+#include "net/rdma/ring_channel.hh"

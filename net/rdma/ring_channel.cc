@@ -1,0 +1,683 @@
+// The ring channel: messages written with one-sided RDMA into a ring in the receiver's memory.
+//
+// Wire rules (docs/rdma.md, "Ring channel"):
+// - Entries are 8-byte aligned: an 8-byte header {length, kind} then the payload. An entry
+//   never splits: when a message does not fit before the end of the data area, a wrap marker
+//   claims the rest of the lap and the message starts at offset 0.
+// - Every entry is one WRITE_WITH_IMM whose immediate (the doorbell) carries the low 31 bits of
+//   the write index after it. RC ordering makes the entry visible when its immediate arrives.
+// - Back-pressure: the producer keeps a cached read index; when an entry does not fit it READs
+//   the consumer's read index, and if the ring is still full it sends a wait request (a
+//   zero-length WRITE_WITH_IMM, top bit set, low 31 bits = the read index it needs). The
+//   consumer answers exactly once, when its read index reaches that point, with a zero-length
+//   WRITE_WITH_IMM carrying the low 31 bits of its read index.
+#include "net/rdma/ring_channel.hh"
+
+#include "core/smp.hh"
+#include "net/rdma/error.hh"
+#include "net/rdma/shard_check.hh"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace shoal::net::rdma::internal {
+
+namespace {
+constexpr uint32_t kind_message = 0x4d474e52; // "RNGM"
+constexpr uint32_t kind_wrap = 0x574e4752;    // "RGNW"
+constexpr uint32_t imm_wait = 0x80000000u;    // producer -> consumer: push your read index
+constexpr uint32_t imm_index_mask = 0x7fffffffu;
+
+/// An entry's header, at the start of every entry in the data area (host byte order).
+struct entry_header {
+    uint32_t length;
+    uint32_t kind;
+};
+static_assert(sizeof(entry_header) == ring_layout::entry_header_size);
+
+uint32_t low31(uint64_t v) noexcept {
+    return uint32_t(v) & imm_index_mask;
+}
+
+/// The index whose low 31 bits are `low` and that lies within 2^30 of `ref` (ring indices that
+/// travel in an immediate are never further apart than the capacity, at most 2^30).
+uint64_t widen(uint64_t ref, uint32_t low) noexcept {
+    uint32_t diff = (low - low31(ref)) & imm_index_mask;
+    if (diff & 0x40000000u) {
+        return ref - (uint64_t(imm_index_mask) + 1 - diff);
+    }
+    return ref + diff;
+}
+
+/// Bytes an entry with `payload` bytes takes in the ring.
+size_t entry_size(size_t payload) noexcept {
+    return (ring_layout::entry_header_size + payload + 7) & ~size_t(7);
+}
+
+struct free_deleter {
+    void operator()(char* p) const noexcept { std::free(p); }
+};
+using page_memory = std::unique_ptr<char, free_deleter>;
+
+/// Zeroed, page-aligned memory of at least `len` bytes.
+page_memory allocate_pages(size_t len) {
+    size_t rounded = (len + 4095) & ~size_t(4095);
+    char* p = static_cast<char*>(std::aligned_alloc(4096, rounded));
+    if (!p) {
+        throw std::bad_alloc();
+    }
+    std::memset(p, 0, rounded);
+    return page_memory(p);
+}
+
+void check_capacity(size_t capacity, const char* who) {
+    if (capacity < ring_layout::min_capacity || capacity > ring_layout::max_capacity ||
+        (capacity & (capacity - 1)) != 0) {
+        throw std::invalid_argument(fmt::format("{}: ring capacity {} is not a power of two from {} to {}",
+                                                who, capacity, ring_layout::min_capacity,
+                                                ring_layout::max_capacity));
+    }
+}
+
+std::exception_ptr protocol_error(const std::string& what) {
+    return std::make_exception_ptr(connection_closed("RDMA ring channel: protocol error: " + what));
+}
+} // namespace
+
+// --- consumer
+
+/// The consumer's ring and state; shared by the handle and the doorbell loop.
+class ring_consumer_state {
+public:
+    explicit ring_consumer_state(size_t capacity)
+        : _shard(this_shard_id())
+        , _cap(capacity)
+        , _mask(capacity - 1) {
+        check_capacity(capacity, "ring_consumer");
+        _mem = allocate_pages(ring_layout::header_size + capacity);
+        _data = _mem.get() + ring_layout::header_size;
+        store(ring_layout::capacity_offset, capacity);
+        store(ring_layout::magic_offset, ring_layout::magic);
+        _exported = export_region(_mem.get(), ring_layout::header_size + capacity,
+                                  access::remote_read | access::remote_write);
+    }
+
+    remote_region descriptor() const noexcept { return _exported.descriptor(); }
+    size_t capacity() const noexcept { return _cap; }
+    const ring_consumer_stats& stats() const noexcept { return _stats; }
+
+    void attach(std::shared_ptr<ring_consumer_state> self, connection c) {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
+        if (!c) {
+            throw std::invalid_argument("ring_consumer::attach: no connection");
+        }
+        if (_conn && _conn.usable()) {
+            throw std::logic_error("ring_consumer::attach: the attached connection is still usable");
+        }
+        _conn = c;
+        _error = nullptr;
+        _push_at.reset();
+        ++_gen;
+        (void)doorbells(std::move(self), std::move(c), _gen);
+    }
+
+    future<std::span<const char>> receive() {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
+        if (_waiter) {
+            return make_exception_future<std::span<const char>>(
+                std::logic_error("ring_consumer::receive() called while another is pending"));
+        }
+        release();
+        if (auto m = next()) {
+            return make_ready_future<std::span<const char>>(*m);
+        }
+        if (_error) {
+            return make_exception_future<std::span<const char>>(_error);
+        }
+        _waiter.emplace();
+        return _waiter->get_future();
+    }
+
+    void release() noexcept {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
+        if (_next != _r) {
+            publish(_next);
+        }
+    }
+
+    /// The handle went away: close the connection, fail a waiter, revoke the ring.
+    void shut() noexcept {
+        _shut = true;
+        if (_conn) {
+            _conn.close();
+            _conn = connection();
+        }
+        fail(std::make_exception_ptr(connection_closed("the RDMA ring consumer was destroyed")));
+        _exported.revoke();
+    }
+
+private:
+    /// Takes the connection's immediates until it breaks or another connection is attached.
+    static future<> doorbells(std::shared_ptr<ring_consumer_state> self, connection c, uint64_t gen) {
+        for (;;) {
+            uint32_t imm = 0;
+            std::exception_ptr ex;
+            try {
+                imm = co_await c.next_immediate();
+            } catch (...) {
+                ex = std::current_exception();
+            }
+            if (self->_gen != gen || self->_shut) {
+                co_return;
+            }
+            if (ex) {
+                self->fail(ex);
+                co_return;
+            }
+            self->on_immediate(imm);
+            if (self->_error) {
+                co_return;
+            }
+        }
+    }
+
+    void on_immediate(uint32_t imm) {
+        if (imm & imm_wait) {
+            ++_stats.wait_requests;
+            uint64_t at = widen(_known_w, imm & imm_index_mask);
+            if (at > _known_w) {
+                broken(fmt::format("wait for read index {} beyond the write index {}", at, _known_w));
+            } else if (_r >= at) {
+                push();
+            } else {
+                _push_at = at;
+            }
+            return;
+        }
+        uint64_t w = widen(_known_w, imm);
+        if (w <= _known_w || w - _r > _cap || (w & 7) != 0) {
+            broken(fmt::format("doorbell for write index {} after {} (read index {}, capacity {})", w,
+                               _known_w, _r, _cap));
+            return;
+        }
+        ++_stats.doorbells;
+        _known_w = w;
+        std::atomic_ref<uint64_t>(word(ring_layout::write_index_offset)).store(w, std::memory_order_release);
+        if (_waiter) {
+            if (auto m = next()) {
+                auto pr = std::move(*_waiter);
+                _waiter.reset();
+                pr.set_value(*m);
+            }
+        }
+    }
+
+    /// The next message announced and not yet handed out; skips wrap markers (releasing their
+    /// space). Called only when nothing is held.
+    std::optional<std::span<const char>> next() {
+        while (_next < _known_w) {
+            size_t off = _next & _mask;
+            entry_header h;
+            std::memcpy(&h, _data + off, sizeof(h));
+            if (h.kind == kind_wrap && _cap - off <= _known_w - _next) {
+                _next += _cap - off;
+                ++_stats.wraps;
+                publish(_next);
+                continue;
+            }
+            size_t size = entry_size(h.length);
+            if (h.kind != kind_message || h.length > _cap || size > _known_w - _next || size > _cap - off) {
+                broken(fmt::format("bad entry (length {}, kind 0x{:x}) at index {} (write index {})",
+                                   h.length, h.kind, _next, _known_w));
+                return std::nullopt;
+            }
+            _next += size;
+            ++_stats.messages;
+            _stats.bytes += h.length;
+            return std::span<const char>(_data + off + sizeof(h), h.length);
+        }
+        return std::nullopt;
+    }
+
+    /// Makes `r` the read index the producer sees; answers a wait request it satisfies. The
+    /// release store orders the reads of the released messages before it; the producer's READ
+    /// of the aligned 8-byte word sees either the old or the new value (NICs, and rxe's copy,
+    /// do not tear an aligned 8-byte word).
+    void publish(uint64_t r) noexcept {
+        _r = r;
+        std::atomic_ref<uint64_t>(word(ring_layout::read_index_offset)).store(r, std::memory_order_release);
+        if (_push_at && _r >= *_push_at) {
+            push();
+        }
+    }
+
+    void push() noexcept {
+        _push_at.reset();
+        if (_conn.usable()) {
+            ++_stats.pushes;
+            // Zero length: the responder checks neither address nor rkey (IB spec C9-88), so the
+            // producer needs no region of its own. The result is not awaited: a failure breaks
+            // the connection, which the doorbell loop reports.
+            (void)_conn.write_with_imm({}, remote_region{}, 0, low31(_r));
+        }
+    }
+
+    void fail(std::exception_ptr ex) noexcept {
+        _error = ex;
+        if (_waiter) {
+            auto pr = std::move(*_waiter);
+            _waiter.reset();
+            pr.set_exception(std::move(ex));
+        }
+    }
+
+    void broken(const std::string& what) {
+        fail(protocol_error(what));
+        if (_conn) {
+            _conn.close();
+        }
+    }
+
+    uint64_t& word(size_t off) noexcept { return *reinterpret_cast<uint64_t*>(_mem.get() + off); }
+    void store(size_t off, uint64_t v) noexcept { std::memcpy(_mem.get() + off, &v, sizeof(v)); }
+
+    unsigned _shard;
+    size_t _cap;
+    uint64_t _mask;
+    page_memory _mem;          // header + data area
+    exported_region _exported; // destroyed before _mem
+    char* _data = nullptr;
+    connection _conn;
+    uint64_t _gen = 0;
+    uint64_t _known_w = 0; // end of the last entry whose doorbell arrived
+    uint64_t _next = 0;    // start of the first entry not handed out
+    uint64_t _r = 0;       // end of the last entry released (published in the header)
+    std::optional<uint64_t> _push_at;
+    std::optional<promise<std::span<const char>>> _waiter;
+    std::exception_ptr _error;
+    bool _shut = false;
+    ring_consumer_stats _stats;
+};
+
+// --- producer
+
+/// The producer's staging memory and state; shared by the handle and the pump.
+class ring_producer_state {
+public:
+    ring_producer_state(connection c, const remote_region& ring, page_memory mem, memory_region mr,
+                        size_t cap)
+        : _shard(this_shard_id())
+        , _conn(std::move(c))
+        , _ring(ring)
+        , _cap(cap)
+        , _mask(cap - 1)
+        , _mem(std::move(mem))
+        , _mr(std::move(mr)) {}
+
+    /// Takes the indices read from the ring's header (validated by the caller).
+    void resume_at(uint64_t w, uint64_t r) noexcept {
+        _w = w;
+        _r = r;
+    }
+
+    future<> send(const std::shared_ptr<ring_producer_state>& self, std::span<const char> msg) {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
+        if (msg.size() > max_message_size()) {
+            return make_exception_future<>(std::invalid_argument(fmt::format(
+                "ring_producer::send: a {}-byte message does not fit a ring of {} bytes (at most {} "
+                "bytes per message)",
+                msg.size(), _cap, max_message_size())));
+        }
+        if (_error) {
+            return make_exception_future<>(_error);
+        }
+        if (!_pumping) {
+            if (auto f = issue(msg)) {
+                if (_stalled_op) {
+                    start_pump(self);
+                }
+                return std::move(*f);
+            }
+        }
+        ++_stats.queued;
+        _queue.push_back(pending{msg, promise<>()});
+        future<> f = _queue.back().done.get_future();
+        if (!_pumping) {
+            start_pump(self);
+        }
+        return f;
+    }
+
+    /// The handle went away: queued sends fail, the connection closes.
+    void shut() noexcept {
+        fail(std::make_exception_ptr(connection_closed("the RDMA ring producer was destroyed")));
+        _conn.close();
+    }
+
+    size_t max_message_size() const noexcept { return _cap - ring_layout::entry_header_size; }
+    size_t queued() const noexcept { return _queue.size(); }
+    uint64_t write_index() const noexcept { return _w; }
+    const ring_producer_stats& stats() const noexcept { return _stats; }
+    char* scratch() const noexcept { return _mem.get() + _cap; }
+    uint32_t lkey() const noexcept { return _mr.lkey(); }
+
+private:
+    struct pending {
+        std::span<const char> msg;
+        promise<> done;
+    };
+
+    size_t room() const noexcept { return _cap - (_w - _r); }
+
+    /// Writes the entry staged at [off, off + len) to the same place of the ring, with the
+    /// doorbell for the current write index. `stalled`: the connection holds it back (no send
+    /// slot or credit); nothing may be posted after it until it is, or the doorbells could
+    /// overtake one another.
+    future<> post(size_t off, size_t len, bool& stalled) {
+        uint64_t before = _conn.stats().one_sided_ops; // counts requests queued for posting
+        future<> f = _conn.write_with_imm(local_span{_mem.get() + off, uint32_t(len), _mr.lkey()}, _ring,
+                                          ring_layout::header_size + off, low31(_w));
+        stalled = !f.available() && _conn.stats().one_sided_ops == before;
+        if (stalled) {
+            ++_stats.stalls;
+        }
+        return f;
+    }
+
+    /// Writes `msg` (after a wrap marker when it does not fit before the end of the data area).
+    /// Returns its future, or nothing when the ring has no room for it by the cached read index
+    /// or a wrap marker stalled.
+    std::optional<future<>> issue(std::span<const char> msg) {
+        const size_t size = entry_size(msg.size());
+        size_t off = _w & _mask;
+        const size_t tail = _cap - off;
+        bool stalled = false;
+        if (size > tail) {
+            if (room() < tail) {
+                return std::nullopt;
+            }
+            const entry_header h{0, kind_wrap};
+            std::memcpy(_mem.get() + off, &h, sizeof(h));
+            _w += tail;
+            ++_stats.wraps;
+            future<> marker = post(off, sizeof(h), stalled);
+            if (marker.failed()) {
+                std::exception_ptr ex = marker.get_exception();
+                fail(ex);
+                return make_exception_future<>(ex);
+            }
+            if (stalled) {
+                _stalled_op.emplace(std::move(marker));
+                return std::nullopt;
+            }
+            // The marker's own result is not needed: if it fails, the connection breaks and the
+            // message's write after it fails too.
+            off = 0;
+        }
+        if (room() < size) {
+            return std::nullopt;
+        }
+        const entry_header h{uint32_t(msg.size()), kind_message};
+        std::memcpy(_mem.get() + off, &h, sizeof(h));
+        if (!msg.empty()) {
+            std::memcpy(_mem.get() + off + sizeof(h), msg.data(), msg.size());
+        }
+        _w += size;
+        ++_stats.messages;
+        _stats.bytes += msg.size();
+        future<> f = post(off, size, stalled);
+        if (f.failed()) {
+            std::exception_ptr ex = f.get_exception();
+            fail(ex);
+            return make_exception_future<>(ex);
+        }
+        if (stalled) {
+            _stalled_op.emplace(std::move(f));
+            _stalled_done.emplace();
+            return _stalled_done->get_future();
+        }
+        return f;
+    }
+
+    /// Issues queued sends while they fit and nothing stalled.
+    void drain() {
+        while (!_queue.empty() && !_stalled_op && !_error) {
+            auto f = issue(_queue.front().msg);
+            if (!f) {
+                return;
+            }
+            f->forward_to(std::move(_queue.front().done));
+            _queue.pop_front();
+        }
+    }
+
+    /// The read index the consumer must reach before the head of the queue can progress (its
+    /// wrap marker first, when it needs one).
+    uint64_t needed() const noexcept {
+        const size_t size = entry_size(_queue.front().msg.size());
+        const size_t tail = _cap - (_w & _mask);
+        return size > tail ? _w + tail - _cap : _w + size - _cap;
+    }
+
+    void update_read_index(uint64_t r) {
+        if (r > _w || r + _cap < _w || (r & 7) != 0) {
+            std::exception_ptr ex =
+                protocol_error(fmt::format("read index {} with write index {} and capacity {}", r, _w, _cap));
+            _conn.close();
+            std::rethrow_exception(ex);
+        }
+        _r = std::max(_r, r);
+    }
+
+    void start_pump(const std::shared_ptr<ring_producer_state>& self) {
+        _pumping = true;
+        (void)pump(self);
+    }
+
+    /// Runs while sends wait for room or an entry stalled: awaits the stalled entry, refreshes
+    /// the read index (READ, then a wait request answered by a push), issues what fits.
+    static future<> pump(std::shared_ptr<ring_producer_state> self) {
+        ring_producer_state& s = *self;
+        try {
+            for (;;) {
+                if (s._stalled_op) {
+                    future<> op = std::move(*s._stalled_op);
+                    s._stalled_op.reset();
+                    std::optional<promise<>> done = std::move(s._stalled_done);
+                    s._stalled_done.reset();
+                    std::exception_ptr ex;
+                    try {
+                        co_await std::move(op);
+                    } catch (...) {
+                        ex = std::current_exception();
+                    }
+                    if (done && ex) {
+                        done->set_exception(ex);
+                    } else if (done) {
+                        done->set_value();
+                    }
+                    if (ex) {
+                        std::rethrow_exception(ex);
+                    }
+                    continue;
+                }
+                s.drain();
+                if (s._stalled_op) {
+                    continue;
+                }
+                if (s._queue.empty() || s._error) {
+                    break;
+                }
+                ++s._stats.index_reads;
+                co_await s._conn.read(local_span{s.scratch(), 8, s.lkey()}, s._ring,
+                                      ring_layout::read_index_offset);
+                uint64_t r;
+                std::memcpy(&r, s.scratch(), sizeof(r));
+                s.update_read_index(r);
+                s.drain();
+                if (s._stalled_op) {
+                    continue;
+                }
+                if (s._queue.empty() || s._error) {
+                    break;
+                }
+                // Still full: every entry issued so far precedes this request (nothing stalled),
+                // so the consumer reads it against the write index it already knows.
+                ++s._stats.wait_requests;
+                co_await s._conn.write_with_imm({}, s._ring, 0, imm_wait | low31(s.needed()));
+                uint32_t imm = co_await s._conn.next_immediate();
+                s.update_read_index(widen(s._w, imm));
+            }
+        } catch (...) {
+            s.fail(std::current_exception());
+        }
+        s._pumping = false;
+    }
+
+    void fail(std::exception_ptr ex) noexcept {
+        if (!_error) {
+            _error = ex;
+        }
+        while (!_queue.empty()) {
+            _queue.front().done.set_exception(_error);
+            _queue.pop_front();
+        }
+    }
+
+    unsigned _shard;
+    connection _conn;
+    remote_region _ring;
+    size_t _cap;
+    uint64_t _mask;
+    page_memory _mem;  // staging area (a mirror of the data area) + 64 bytes of scratch
+    memory_region _mr; // destroyed before _mem
+    uint64_t _w = 0;   // end of what this producer wrote
+    uint64_t _r = 0;   // the consumer's read index, as last seen
+    std::deque<pending> _queue;
+    bool _pumping = false;
+    std::optional<future<>> _stalled_op;    // an entry the connection holds back
+    std::optional<promise<>> _stalled_done; // its sender (none for a wrap marker)
+    std::exception_ptr _error;
+    ring_producer_stats _stats;
+};
+
+} // namespace shoal::net::rdma::internal
+
+namespace shoal::net::rdma {
+
+// --- ring_consumer
+
+ring_consumer::ring_consumer() noexcept = default;
+ring_consumer::ring_consumer(size_t capacity)
+    : _s(std::make_shared<internal::ring_consumer_state>(capacity)) {}
+ring_consumer::ring_consumer(ring_consumer&&) noexcept = default;
+ring_consumer& ring_consumer::operator=(ring_consumer&& o) noexcept {
+    if (this != &o) {
+        if (_s) {
+            _s->shut();
+        }
+        _s = std::move(o._s);
+    }
+    return *this;
+}
+ring_consumer::~ring_consumer() {
+    if (_s) {
+        _s->shut();
+    }
+}
+
+remote_region ring_consumer::descriptor() const noexcept {
+    return _s->descriptor();
+}
+void ring_consumer::attach(connection c) {
+    _s->attach(_s, std::move(c));
+}
+future<std::span<const char>> ring_consumer::receive() {
+    return _s->receive();
+}
+void ring_consumer::release() noexcept {
+    _s->release();
+}
+size_t ring_consumer::capacity() const noexcept {
+    return _s->capacity();
+}
+const ring_consumer_stats& ring_consumer::stats() const noexcept {
+    return _s->stats();
+}
+
+// --- ring_producer
+
+ring_producer::ring_producer() noexcept = default;
+ring_producer::ring_producer(std::shared_ptr<internal::ring_producer_state> s) noexcept
+    : _s(std::move(s)) {}
+ring_producer::ring_producer(ring_producer&&) noexcept = default;
+ring_producer& ring_producer::operator=(ring_producer&& o) noexcept {
+    if (this != &o) {
+        if (_s) {
+            _s->shut();
+        }
+        _s = std::move(o._s);
+    }
+    return *this;
+}
+ring_producer::~ring_producer() {
+    if (_s) {
+        _s->shut();
+    }
+}
+
+future<ring_producer> ring_producer::open(connection c, const remote_region& ring) {
+    if (!c) {
+        throw std::invalid_argument("ring_producer::open: no connection");
+    }
+    if (ring.length <= ring_layout::header_size) {
+        throw std::invalid_argument(
+            fmt::format("ring_producer::open: a region of {} bytes is not a ring", ring.length));
+    }
+    const size_t cap = ring.length - ring_layout::header_size;
+    internal::check_capacity(cap, "ring_producer::open");
+    internal::page_memory mem = internal::allocate_pages(cap + ring_layout::header_size);
+    memory_region mr = register_memory(mem.get(), cap + ring_layout::header_size);
+    char* header = mem.get() + cap;
+    co_await c.read(mr.span(cap, ring_layout::header_size), ring, 0);
+    uint64_t w, r, capacity, magic;
+    std::memcpy(&w, header + ring_layout::write_index_offset, 8);
+    std::memcpy(&r, header + ring_layout::read_index_offset, 8);
+    std::memcpy(&capacity, header + ring_layout::capacity_offset, 8);
+    std::memcpy(&magic, header + ring_layout::magic_offset, 8);
+    if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0) {
+        throw std::invalid_argument(
+            fmt::format("ring_producer::open: the region is not a shoal ring of {} bytes "
+                        "(magic 0x{:x}, capacity {}, write index {}, read index {})",
+                        cap, magic, capacity, w, r));
+    }
+    auto s = std::make_shared<internal::ring_producer_state>(std::move(c), ring, std::move(mem),
+                                                             std::move(mr), cap);
+    s->resume_at(w, r);
+    co_return ring_producer(std::move(s));
+}
+
+future<> ring_producer::send(std::span<const char> msg) {
+    return _s->send(_s, msg);
+}
+size_t ring_producer::max_message_size() const noexcept {
+    return _s->max_message_size();
+}
+size_t ring_producer::queued() const noexcept {
+    return _s->queued();
+}
+uint64_t ring_producer::write_index() const noexcept {
+    return _s->write_index();
+}
+const ring_producer_stats& ring_producer::stats() const noexcept {
+    return _s->stats();
+}
+
+} // namespace shoal::net::rdma

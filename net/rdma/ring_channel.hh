@@ -1,0 +1,150 @@
+#pragma once
+
+#include "core/future.hh"
+#include "net/rdma/connection.hh"
+#include "net/rdma/memory_region.hh"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace shoal::net::rdma {
+
+namespace internal {
+class ring_consumer_state;
+class ring_producer_state;
+} // namespace internal
+
+/// Layout of a ring (see docs/rdma.md, "Ring channel"): a 64-byte header, then the data area.
+/// The consumer owns both and keeps the header up to date; the producer only reads the header
+/// (RDMA READ) and writes entries into the data area (RDMA WRITE_WITH_IMM).
+struct ring_layout {
+    /// Bytes before the data area.
+    static constexpr size_t header_size = 64;
+    /// Offset of the write index (end of the last entry whose doorbell the consumer took).
+    static constexpr size_t write_index_offset = 0;
+    /// Offset of the read index (end of the last entry the consumer released).
+    static constexpr size_t read_index_offset = 8;
+    /// Offset of the data area's capacity.
+    static constexpr size_t capacity_offset = 16;
+    /// Offset of the magic number (`magic`) that marks a shoal ring.
+    static constexpr size_t magic_offset = 24;
+    /// "SHRING01": a ring of this format.
+    static constexpr uint64_t magic = 0x3130474e49524853ULL;
+    /// Bytes of an entry's header (length + kind); entries are 8-byte aligned.
+    static constexpr size_t entry_header_size = 8;
+    /// Smallest and largest data area (a power of two in between).
+    static constexpr size_t min_capacity = 64;
+    static constexpr size_t max_capacity = size_t(1) << 30;
+};
+
+/// Counters of a ring consumer; read them on its shard.
+struct ring_consumer_stats {
+    uint64_t messages = 0;      ///< messages handed to `receive`
+    uint64_t bytes = 0;         ///< their payload bytes
+    uint64_t doorbells = 0;     ///< entries announced by the producer (messages and wrap markers)
+    uint64_t wraps = 0;         ///< wrap markers skipped
+    uint64_t wait_requests = 0; ///< times the producer found the ring full and asked to be told
+    uint64_t pushes = 0;        ///< read indices pushed back to a waiting producer
+};
+
+/// Counters of a ring producer; read them on its shard.
+struct ring_producer_stats {
+    uint64_t messages = 0;      ///< messages written into the ring
+    uint64_t bytes = 0;         ///< their payload bytes
+    uint64_t wraps = 0;         ///< wrap markers written
+    uint64_t queued = 0;        ///< sends that waited (ring full, or earlier sends waiting)
+    uint64_t index_reads = 0;   ///< RDMA READs of the consumer's read index
+    uint64_t wait_requests = 0; ///< times the producer asked the consumer to push its read index
+    uint64_t stalls = 0;        ///< entries the connection held back (no send slot or credit)
+};
+
+/// The receiving end of a ring channel: a ring in registered memory of the calling shard, which
+/// one `ring_producer` fills with one-sided writes over one connection. The ring is exported at
+/// construction (`descriptor()` is what the producer needs); `attach` names the connection the
+/// producer's doorbells arrive on. The ring and its indices outlive connections: after a fault,
+/// attach a new connection and open a new producer on it (it resumes at the ring's indices).
+/// The channel takes over the connection's immediates (`next_immediate`) on both sides; one
+/// channel per connection. Destroying the consumer closes the attached connection and then
+/// revokes the ring. Move-only; used on its shard only.
+class ring_consumer {
+public:
+    /// No ring.
+    ring_consumer() noexcept;
+    /// Allocates and exports a ring with a data area of `capacity` bytes (a power of two from
+    /// `ring_layout::min_capacity` to `max_capacity`; std::invalid_argument otherwise). One
+    /// registration (rdma_error when it fails); nothing is registered afterwards.
+    explicit ring_consumer(size_t capacity);
+    ring_consumer(ring_consumer&&) noexcept;
+    ring_consumer& operator=(ring_consumer&&) noexcept;
+    ~ring_consumer();
+
+    /// The exported ring (header + data area) to hand to the producer, e.g. as
+    /// `listen_options.connection->region` or in a message of the application's own.
+    remote_region descriptor() const noexcept;
+    /// Takes the doorbells of `c` (a connection on this shard to the producer's side). Throws
+    /// std::logic_error while an earlier attached connection is still usable.
+    void attach(connection c);
+    /// The next message, in order: a view of its bytes inside the ring, valid until the next
+    /// `receive` or `release` (which give its space back to the producer). Messages whose
+    /// doorbell arrived are delivered even after the connection broke; then it fails with the
+    /// connection's error. One receive at a time.
+    future<std::span<const char>> receive();
+    /// Gives the space of the message last received back to the producer now.
+    void release() noexcept;
+    /// Bytes of the data area.
+    size_t capacity() const noexcept;
+    /// The largest message a producer can send into this ring.
+    size_t max_message_size() const noexcept { return capacity() - ring_layout::entry_header_size; }
+    /// Counters of this consumer.
+    const ring_consumer_stats& stats() const noexcept;
+    /// True when it holds a ring.
+    explicit operator bool() const noexcept { return bool(_s); }
+
+private:
+    std::shared_ptr<internal::ring_consumer_state> _s;
+};
+
+/// The sending end of a ring channel: writes length-prefixed messages straight into a
+/// consumer's ring with RDMA WRITE_WITH_IMM (the immediate is the doorbell), keeping a cached
+/// copy of the consumer's read index. A full ring makes `send` wait (nothing is overwritten).
+/// Destroying the producer closes its connection; sends still queued fail. Move-only; used on
+/// the shard of its connection only.
+class ring_producer {
+public:
+    /// No channel.
+    ring_producer() noexcept;
+    ring_producer(ring_producer&&) noexcept;
+    ring_producer& operator=(ring_producer&&) noexcept;
+    ~ring_producer();
+
+    /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): reads the
+    /// ring's header to learn its capacity and current indices, so a producer on a new
+    /// connection resumes where the consumer is. Registers one local staging area of the
+    /// ring's size. Fails with std::invalid_argument when `ring` is not a shoal ring.
+    static future<ring_producer> open(connection c, const remote_region& ring);
+
+    /// Sends `msg` (0 to `max_message_size()` bytes). The bytes are copied into the staging
+    /// area when the ring has room, at once; when it is full they are copied later, so keep
+    /// them valid until the future resolves. Resolves once the message is in the consumer's
+    /// memory. A message larger than the ring fails at once with std::invalid_argument and
+    /// changes nothing; a broken connection fails it with the connection's error.
+    future<> send(std::span<const char> msg);
+    /// The largest message the ring takes.
+    size_t max_message_size() const noexcept;
+    /// Sends waiting for room in the ring.
+    size_t queued() const noexcept;
+    /// End of what this producer wrote (bytes since the ring was created).
+    uint64_t write_index() const noexcept;
+    /// Counters of this producer.
+    const ring_producer_stats& stats() const noexcept;
+    /// True when it is a channel.
+    explicit operator bool() const noexcept { return bool(_s); }
+
+private:
+    explicit ring_producer(std::shared_ptr<internal::ring_producer_state> s) noexcept;
+    std::shared_ptr<internal::ring_producer_state> _s;
+};
+
+} // namespace shoal::net::rdma

@@ -1,0 +1,298 @@
+// The ring channel (Soft-RoCE guest): messages of every size in order through a wrapping ring,
+// batching, back-pressure from a consumer that does not read, oversized messages, a broken
+// connection failing pending operations, and resuming on a new connection.
+#include "rdma_test_util.hh"
+
+#include <span>
+
+using namespace shoal;
+using namespace shoal::rdma_test;
+
+namespace {
+
+/// Patterned bytes in plain memory (the producer copies them): message `i` is `size` bytes of
+/// pattern seed 1 starting at pattern position `i % 251`.
+struct pattern_source {
+    std::vector<char> bytes;
+    explicit pattern_source(size_t n)
+        : bytes(n + 256) {
+        fill_pattern(bytes.data(), bytes.size(), 1);
+    }
+    std::span<const char> message(size_t i, size_t size) const { return {bytes.data() + i % 251, size}; }
+};
+
+/// Checks that `got` is message `i` of `size` bytes; returns a description of the mismatch.
+std::string mismatch(std::span<const char> got, size_t i, size_t size) {
+    if (got.size() != size) {
+        return fmt::format("message {}: {} bytes, expected {}", i, got.size(), size);
+    }
+    size_t bad = check_pattern(got.data(), got.size(), 1, i % 251);
+    if (bad != SIZE_MAX) {
+        return fmt::format("message {} of {} bytes differs at byte {}", i, size, bad);
+    }
+    return {};
+}
+
+/// The size of message `i` of the wrap-around run: mostly small, now and then large.
+size_t varied_size(size_t i) {
+    if (i % 97 == 0) {
+        return 8000 + (i * 7919) % 24000;
+    }
+    return 1 + (i * 2654435761u) % 1500;
+}
+
+/// A consumer on this shard listening for one producer connection, and that connection.
+struct consumer_side {
+    rdma::ring_consumer ring;
+    std::optional<rdma::listener> l;
+    rdma::connection conn;
+
+    consumer_side(size_t capacity, net::socket_address a)
+        : ring(capacity) {
+        rdma::listen_options lo;
+        lo.connection = rdma::shard_context::local().opts().connection;
+        lo.connection->region = ring.descriptor();
+        l.emplace(rdma::listen_rc(a, lo));
+    }
+    future<> accept() {
+        conn = co_await l->accept();
+        ring.attach(conn);
+    }
+};
+
+/// Runs `f` and returns the message of the exception it fails with ("" when it succeeds).
+template <typename T>
+future<std::string> error_of(future<T> f) {
+    try {
+        co_await std::move(f);
+    } catch (const std::exception& e) {
+        co_return std::string(e.what());
+    }
+    co_return std::string();
+}
+
+} // namespace
+
+TEST(ring_channel, every_size_in_order_wrapping_many_times_without_registration) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        constexpr size_t capacity = 64 << 10;
+        consumer_side cs(capacity, a);
+        static std::vector<size_t> sizes;
+        sizes = {1, 2, 7, 8, 9, 63, 64, 65, 1000, 4096, 32768, 65000, capacity - 16, capacity - 8};
+        constexpr size_t many = 10000;
+        for (size_t i = 0; i < many; ++i) {
+            sizes.push_back(varied_size(i));
+        }
+        EXPECT_EQ(cs.ring.max_message_size(), capacity - 8);
+
+        auto accepted = cs.accept();
+        auto producer = submit_to(1, [a]() -> future<> {
+            rdma::connection c = co_await rdma::connect_rc(a);
+            RDMA_CHECK(c.peer_region());
+            rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+            EXPECT_EQ(p.max_message_size(), capacity - 8);
+            pattern_source src(capacity);
+            auto& ctx = rdma::shard_context::local();
+            const uint64_t regs = rdma::registration_count();
+
+            // Messages sent in one task go out as one posted list.
+            const uint64_t posts = ctx.stats().post_send_calls;
+            std::vector<future<>> batch;
+            for (size_t i = 0; i < 8; ++i) {
+                batch.push_back(p.send(src.message(i, sizes[i])));
+            }
+            EXPECT_EQ(ctx.stats().post_send_calls, posts) << "posted before the task ended";
+            co_await when_all_succeed(std::move(batch));
+            EXPECT_EQ(ctx.stats().post_send_calls, posts + 1);
+
+            // The rest, up to 64 in flight at a time.
+            std::vector<future<>> inflight;
+            inflight.reserve(64);
+            for (size_t i = 8; i < sizes.size(); ++i) {
+                inflight.push_back(p.send(src.message(i, sizes[i])));
+                if (inflight.size() == 64 || i + 1 == sizes.size()) {
+                    co_await when_all_succeed(std::move(inflight));
+                    inflight.clear();
+                }
+            }
+            EXPECT_EQ(rdma::registration_count(), regs) << "messages went through ibv_reg_mr";
+            const auto& st = p.stats();
+            std::printf("  producer: %lu messages, %lu bytes, %lu wraps, %lu queued, %lu index reads, "
+                        "%lu wait requests, %lu stalls\n",
+                        st.messages, st.bytes, st.wraps, st.queued, st.index_reads, st.wait_requests,
+                        st.stalls);
+            EXPECT_EQ(st.messages, sizes.size());
+            EXPECT_GT(st.wraps, 50u) << "the ring did not wrap around many times";
+        });
+
+        co_await std::move(accepted);
+        std::string first_error;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            std::span<const char> m = co_await cs.ring.receive();
+            std::string e = mismatch(m, i, sizes[i]);
+            if (!e.empty() && first_error.empty()) {
+                first_error = e;
+            }
+        }
+        EXPECT_EQ(first_error, "");
+        co_await std::move(producer);
+        const auto& st = cs.ring.stats();
+        EXPECT_EQ(st.messages, sizes.size());
+        std::printf("  consumer: %lu messages, %lu doorbells, %lu wraps, %lu wait requests, %lu pushes\n",
+                    st.messages, st.doorbells, st.wraps, st.wait_requests, st.pushes);
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, a_full_ring_makes_send_wait_and_oversized_messages_fail_at_once) {
+    int rc = run_rdma(1, []() -> future<> {
+        const auto a = addr(next_port());
+        constexpr size_t capacity = 4096;
+        consumer_side cs(capacity, a);
+        auto accepted = cs.accept();
+        rdma::connection c = co_await rdma::connect_rc(a);
+        co_await std::move(accepted);
+        rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+        pattern_source src(capacity);
+
+        // Four 1000-byte messages (1008-byte entries) fill the ring; the fifth needs a wrap
+        // marker and the space of the first; the sixth waits behind it.
+        std::vector<future<>> first_four;
+        for (size_t i = 0; i < 4; ++i) {
+            first_four.push_back(p.send(src.message(i, 1000)));
+        }
+        future<> fifth = p.send(src.message(4, 1000));
+        future<> sixth = p.send(src.message(5, 10));
+        EXPECT_EQ(p.queued(), 2u);
+        co_await when_all_succeed(std::move(first_four));
+        std::span<const char> m = co_await cs.ring.receive();
+        EXPECT_EQ(mismatch(m, 0, 1000), "");
+        // The producer re-read the read index, asked to be told, and waits: the consumer holds
+        // message 0 and has not released anything.
+        EXPECT_TRUE(co_await eventually([&] { return cs.ring.stats().wait_requests >= 1; }));
+        EXPECT_GE(p.stats().index_reads, 1u);
+        EXPECT_FALSE(fifth.available()) << "a send completed although the ring is full";
+        EXPECT_FALSE(sixth.available());
+        EXPECT_EQ(p.queued(), 2u);
+
+        // An oversized message fails at once, changes nothing, and the channel keeps working.
+        future<> big = p.send(src.message(0, capacity));
+        RDMA_CHECK(big.failed());
+        std::string e = co_await error_of(std::move(big));
+        std::printf("  oversized: %s\n", e.c_str());
+        EXPECT_NE(e.find("does not fit"), std::string::npos) << e;
+        EXPECT_EQ(p.queued(), 2u);
+
+        // Reading releases the space: everything arrives intact, in order.
+        for (size_t i = 1; i < 4; ++i) {
+            m = co_await cs.ring.receive();
+            EXPECT_EQ(mismatch(m, i, 1000), "");
+        }
+        m = co_await cs.ring.receive();
+        EXPECT_EQ(mismatch(m, 4, 1000), "");
+        m = co_await cs.ring.receive();
+        EXPECT_EQ(mismatch(m, 5, 10), "");
+        co_await std::move(fifth);
+        co_await std::move(sixth);
+        EXPECT_GE(cs.ring.stats().pushes, 1u);
+        // A message as large as the ring waits until the consumer released everything.
+        future<> whole = p.send(src.message(6, capacity - 8));
+        m = co_await cs.ring.receive();
+        EXPECT_EQ(mismatch(m, 6, capacity - 8), "");
+        co_await std::move(whole);
+        std::printf("  wraps %lu, index reads %lu, wait requests %lu, pushes %lu\n", p.stats().wraps,
+                    p.stats().index_reads, p.stats().wait_requests, cs.ring.stats().pushes);
+        p = rdma::ring_producer();
+        c = rdma::connection();
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, a_broken_connection_fails_pending_operations_and_a_new_one_resumes) {
+    int rc = run_rdma(1, []() -> future<> {
+        const auto a = addr(next_port());
+        constexpr size_t capacity = 4096;
+        consumer_side cs(capacity, a);
+        pattern_source src(capacity);
+
+        // The producer goes away while the consumer waits: the receive fails.
+        auto accepted = cs.accept();
+        rdma::connection c = co_await rdma::connect_rc(a);
+        co_await std::move(accepted);
+        auto p =
+            std::make_unique<rdma::ring_producer>(co_await rdma::ring_producer::open(c, *c.peer_region()));
+        co_await p->send(src.message(0, 100));
+        std::span<const char> m = co_await cs.ring.receive();
+        EXPECT_EQ(mismatch(m, 0, 100), "");
+        future<std::span<const char>> waiting = cs.ring.receive();
+        EXPECT_FALSE(waiting.available());
+        p.reset(); // closes the producer's connection
+        c = rdma::connection();
+        std::string e = co_await error_of(std::move(waiting));
+        std::printf("  receive: %s\n", e.c_str());
+        EXPECT_NE(e.find("closed"), std::string::npos) << e;
+
+        // A new connection resumes at the ring's indices.
+        accepted = cs.accept();
+        c = co_await rdma::connect_rc(a);
+        co_await std::move(accepted);
+        p = std::make_unique<rdma::ring_producer>(co_await rdma::ring_producer::open(c, *c.peer_region()));
+        EXPECT_EQ(p->write_index(), 112u) << "the new producer did not resume at the ring's write index";
+        for (size_t i = 1; i < 4; ++i) {
+            co_await p->send(src.message(i, 1000));
+        }
+        for (size_t i = 1; i < 4; ++i) {
+            m = co_await cs.ring.receive();
+            EXPECT_EQ(mismatch(m, i, 1000), "");
+        }
+
+        // A producer blocked on a full ring fails when the consumer's connection breaks, and the
+        // messages announced before the break are still delivered.
+        cs.ring.release();
+        std::vector<future<>> sent;
+        size_t next = 4;
+        for (;;) {
+            while (p->queued() == 0) {
+                sent.push_back(p->send(src.message(next, 1000)));
+                ++next;
+            }
+            // Queued by a stale cached read index, or truly full (then it asks the consumer).
+            RDMA_CHECK(
+                co_await eventually([&] { return cs.ring.stats().wait_requests >= 1 || p->queued() == 0; }));
+            if (cs.ring.stats().wait_requests >= 1) {
+                break;
+            }
+        }
+        future<> blocked = std::move(sent.back());
+        sent.pop_back();
+        co_await when_all_succeed(std::move(sent));
+        EXPECT_FALSE(blocked.available());
+        cs.conn.close();
+        e = co_await error_of(std::move(blocked));
+        std::printf("  blocked send: %s\n", e.c_str());
+        EXPECT_NE(e.find("closed"), std::string::npos) << e;
+        e = co_await error_of(p->send(src.message(next, 10)));
+        EXPECT_NE(e, "") << "a broken producer sent";
+        for (size_t i = 4; i + 1 < next; ++i) {
+            m = co_await cs.ring.receive();
+            EXPECT_EQ(mismatch(m, i, 1000), "");
+        }
+        e = co_await error_of(cs.ring.receive());
+        EXPECT_NE(e.find("closed"), std::string::npos) << e;
+        p.reset();
+        c = rdma::connection();
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
