@@ -103,7 +103,7 @@ future<T> out_of_region(const char* op, uint64_t len, uint64_t offset, const rem
 } // namespace
 
 bool connection_impl::can_issue(bool needs_credit) const noexcept {
-    return free_slots() > 1 && (!needs_credit || _send_credits > 0);
+    return free_slots() > 1 && (!needs_credit || free_credits() > 0);
 }
 
 send_slot& connection_impl::prepare_one_sided(send_slot::op kind, const local_span& local,
@@ -133,9 +133,13 @@ future<> connection_impl::read(local_span dst, const remote_region& src, uint64_
     if (offset > src.length || dst.length > src.length - offset) {
         return out_of_region("READ", dst.length, offset, src);
     }
-    if (!can_issue(false)) {
-        return wait_space().then([this, dst, src, offset] { return read(dst, src, offset); });
+    if (must_wait(false)) {
+        return wait_turn(false).then([this, dst, src, offset] { return issue_read(dst, src, offset); });
     }
+    return issue_read(dst, src, offset);
+}
+
+future<> connection_impl::issue_read(local_span dst, const remote_region& src, uint64_t offset) {
     send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);
     s.wr.opcode = IBV_WR_RDMA_READ;
     s.done = promise<>();
@@ -152,9 +156,13 @@ future<> connection_impl::write(local_span src, const remote_region& dst, uint64
     if (offset > dst.length || src.length > dst.length - offset) {
         return out_of_region("WRITE", src.length, offset, dst);
     }
-    if (!can_issue(false)) {
-        return wait_space().then([this, src, dst, offset] { return write(src, dst, offset); });
+    if (must_wait(false)) {
+        return wait_turn(false).then([this, src, dst, offset] { return issue_write(src, dst, offset); });
     }
+    return issue_write(src, dst, offset);
+}
+
+future<> connection_impl::issue_write(local_span src, const remote_region& dst, uint64_t offset) {
     send_slot& s = prepare_one_sided(send_slot::op::write, src, dst, offset);
     s.wr.opcode = IBV_WR_RDMA_WRITE;
     if (src.length <= _max_inline && src.length > 0) {
@@ -175,10 +183,15 @@ future<> connection_impl::write_with_imm(local_span src, const remote_region& ds
     if (offset > dst.length || src.length > dst.length - offset) {
         return out_of_region("WRITE_WITH_IMM", src.length, offset, dst);
     }
-    if (!can_issue(true)) {
-        return wait_space().then(
-            [this, src, dst, offset, imm] { return write_with_imm(src, dst, offset, imm); });
+    if (must_wait(true)) {
+        return wait_turn(true).then(
+            [this, src, dst, offset, imm] { return issue_write_with_imm(src, dst, offset, imm); });
     }
+    return issue_write_with_imm(src, dst, offset, imm);
+}
+
+future<> connection_impl::issue_write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
+                                               uint32_t imm) {
     send_slot& s = prepare_one_sided(send_slot::op::write_imm, src, dst, offset);
     s.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     s.wr.imm_data = htonl(imm);
@@ -204,9 +217,13 @@ future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t o
         return make_exception_future<uint64_t>(
             std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
     }
-    if (!can_issue(false)) {
-        return wait_space().then([this, dst, offset, add] { return fetch_add(dst, offset, add); });
+    if (must_wait(false)) {
+        return wait_turn(false).then([this, dst, offset, add] { return issue_fetch_add(dst, offset, add); });
     }
+    return issue_fetch_add(dst, offset, add);
+}
+
+future<uint64_t> connection_impl::issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
     if (!_atomics) {
         _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
         if (!_atomics) {
@@ -241,10 +258,16 @@ future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_
         return make_exception_future<uint64_t>(
             std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
     }
-    if (!can_issue(false)) {
-        return wait_space().then(
-            [this, dst, offset, expected, desired] { return compare_swap(dst, offset, expected, desired); });
+    if (must_wait(false)) {
+        return wait_turn(false).then([this, dst, offset, expected, desired] {
+            return issue_compare_swap(dst, offset, expected, desired);
+        });
     }
+    return issue_compare_swap(dst, offset, expected, desired);
+}
+
+future<uint64_t> connection_impl::issue_compare_swap(const remote_region& dst, uint64_t offset,
+                                                     uint64_t expected, uint64_t desired) {
     if (!_atomics) {
         _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
         if (!_atomics) {

@@ -440,21 +440,43 @@ void connection_impl::maybe_queue_ctrl() noexcept {
     append(s);
 }
 
-future<> connection_impl::wait_space() {
-    _space_waiters.emplace_back();
-    return _space_waiters.back().get_future();
+bool connection_impl::must_wait(bool needs_credit) const noexcept {
+    return !_space_waiters.empty() || _reserved_slots > 0 || !can_issue(needs_credit);
+}
+
+future<> connection_impl::wait_turn(bool needs_credit) {
+    _space_waiters.push_back(space_waiter{promise<>(), needs_credit});
+    return _space_waiters.back().pr.get_future().then([this, needs_credit] {
+        // The reservation made when this waiter was woken is this operation's to use now.
+        --_reserved_slots;
+        if (needs_credit) {
+            --_reserved_credits;
+        }
+        if (!usable()) {
+            return make_exception_future<>(_error ? _error : closed_error());
+        }
+        return make_ready_future<>();
+    });
 }
 
 void connection_impl::wake_space_waiters() noexcept {
-    // Waiters re-check what they need (a slot, a credit) and wait again if it is gone.
-    while (!_space_waiters.empty() && (free_slots() > 1 || !usable())) {
-        auto pr = std::move(_space_waiters.front());
-        _space_waiters.pop_front();
+    // In call order: a waiter that cannot go yet holds back everyone behind it. Each one woken
+    // gets its slot (and credit) reserved, so nothing else takes them before its task runs.
+    while (!_space_waiters.empty()) {
+        space_waiter& w = _space_waiters.front();
         if (usable()) {
-            pr.set_value();
+            if (!can_issue(w.needs_credit)) {
+                break;
+            }
+            ++_reserved_slots;
+            if (w.needs_credit) {
+                ++_reserved_credits;
+            }
+            w.pr.set_value();
         } else {
-            pr.set_exception(_error ? _error : closed_error());
+            w.pr.set_exception(_error ? _error : closed_error());
         }
+        _space_waiters.pop_front();
     }
 }
 

@@ -195,7 +195,16 @@ private:
     void on_disconnected() noexcept;
 
     // send ring (queue_pair.cc)
-    unsigned free_slots() const noexcept { return unsigned(_depth - (_head - _tail)); }
+    /// Send slots nobody holds: neither in use nor reserved for a one-sided operation whose
+    /// turn came (see `wait_turn`).
+    unsigned free_slots() const noexcept {
+        unsigned raw = unsigned(_depth - (_head - _tail));
+        return raw > _reserved_slots ? raw - _reserved_slots : 0;
+    }
+    /// Send credits nobody holds (see `free_slots`).
+    uint32_t free_credits() const noexcept {
+        return _send_credits > _reserved_credits ? _send_credits - _reserved_credits : 0;
+    }
     send_slot& next_slot() noexcept;
     void append(send_slot& s) noexcept;
     void finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc* wc) noexcept;
@@ -207,7 +216,12 @@ private:
     void consumed(unsigned n) noexcept;
     void grant_credits() noexcept;
     void wake_space_waiters() noexcept;
-    future<> wait_space();
+    /// Whether a one-sided operation must queue behind earlier ones (or for space) rather than
+    /// be issued now: operations are issued strictly in the order they were called.
+    bool must_wait(bool needs_credit) const noexcept;
+    /// Resolves when it is this operation's turn, with a slot (and a credit if it needs one)
+    /// reserved for it; the continuation must issue the operation at once.
+    future<> wait_turn(bool needs_credit);
     void break_with(std::exception_ptr ex) noexcept;
     std::exception_ptr op_error(const send_slot& s, ibv_wc_status status) const;
     std::exception_ptr closed_error() const;
@@ -218,6 +232,13 @@ private:
     send_slot& prepare_one_sided(send_slot::op kind, const local_span& local, const remote_region& rr,
                                  uint64_t offset) noexcept;
     uint64_t* atomic_result(const send_slot& s) noexcept;
+    // Post one operation now (its turn has come and a slot, and credit, is free).
+    future<> issue_read(local_span dst, const remote_region& src, uint64_t offset);
+    future<> issue_write(local_span src, const remote_region& dst, uint64_t offset);
+    future<> issue_write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
+    future<uint64_t> issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
+    future<uint64_t> issue_compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                        uint64_t desired);
 
     // stream helpers (stream.cc)
     void transmit() noexcept;
@@ -261,8 +282,15 @@ private:
     uint64_t _tail = 0;
     unsigned _unsignaled_run = 0;
     uint32_t _max_inline = 0;
-    std::deque<promise<>> _space_waiters;
-    buffer _atomics; // 8 bytes per slot for atomic results
+    /// One-sided operations waiting for their turn, in call order.
+    struct space_waiter {
+        promise<> pr;
+        bool needs_credit;
+    };
+    std::deque<space_waiter> _space_waiters;
+    unsigned _reserved_slots = 0;   // woken waiters that have not issued yet
+    uint32_t _reserved_credits = 0; // of which need a credit
+    buffer _atomics;                // 8 bytes per slot for atomic results
 
     // credits: what we may send
     uint32_t _send_credits = 0;

@@ -157,7 +157,7 @@ void connection_impl::fail_stream_waiters() noexcept {
         pr.set_exception(ex);
     }
     for (auto& w : _space_waiters) {
-        w.set_exception(ex);
+        w.pr.set_exception(ex);
     }
     _space_waiters.clear();
 }
@@ -168,7 +168,7 @@ void connection_impl::transmit() noexcept {
     }
     bool stalled = false;
     while (!_tx.empty()) {
-        if (_send_credits == 0) {
+        if (free_credits() == 0) {
             stalled = true;
             break;
         }
@@ -179,7 +179,7 @@ void connection_impl::transmit() noexcept {
     if (stalled) {
         ++_stats.credit_stalls;
     }
-    if (_tx.empty() && _fin_requested && !_fin_posted && _send_credits > 0 && free_slots() > 1) {
+    if (_tx.empty() && _fin_requested && !_fin_posted && free_credits() > 0 && free_slots() > 1) {
         send_slot& s = next_slot();
         s.kind = send_slot::op::fin;
         s.signaled = true;

@@ -212,3 +212,54 @@ TEST(one_sided, access_outside_a_region_breaks_only_that_connection) {
     });
     EXPECT_EQ(rc, 0);
 }
+
+TEST(one_sided, operations_waiting_for_credits_keep_their_order) {
+    // WRITE_WITH_IMM needs one of the peer's receive credits; with none left it waits. A plain
+    // WRITE called after it (which needs no credit) must not overtake it: the last write to a
+    // location wins, in call order.
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        auto& ctx = rdma::shard_context::local();
+        rdma::buffer mem = ctx.pool().allocate(4096);
+        std::memset(mem.data(), 0, 4096);
+        rdma::exported_region exported = rdma::export_region(mem, rdma::access::remote_write);
+        rdma::listen_options lo;
+        lo.connection = ctx.opts().connection;
+        lo.connection->region = exported.descriptor();
+        rdma::listener l = rdma::listen_rc(a, lo);
+        auto accepted = l.accept();
+        const unsigned credits = ctx.opts().connection.credits;
+        auto client = submit_to(1, [a, credits]() -> future<uint64_t> {
+            rdma::connection c = co_await rdma::connect_rc(a);
+            const rdma::remote_region rr = *c.peer_region();
+            rdma::buffer src = rdma::shard_context::local().pool().allocate(4096);
+            std::memset(src.data(), 'A', 2048);
+            std::memset(src.data() + 2048, 'B', 2048);
+            std::vector<future<>> ops;
+            // Every credit, then one WRITE_WITH_IMM of 'A's that must wait for a credit...
+            for (unsigned i = 0; i < credits; ++i) {
+                ops.push_back(c.write_with_imm({}, rr, 0, i));
+            }
+            ops.push_back(c.write_with_imm(rdma::span_of(src, 0, 1024), rr, 0, 1000));
+            // ...then a WRITE of 'B's to the same place, and an atomic behind both.
+            ops.push_back(c.write(rdma::span_of(src, 2048, 1024), rr, 0));
+            future<> all = when_all_succeed(std::move(ops));
+            co_await std::move(all);
+            co_return c.stats().credit_stalls;
+        });
+        rdma::connection s = co_await std::move(accepted);
+        // Take the immediates (returning credits) only now: the waiting operations go out.
+        for (unsigned i = 0; i <= credits; ++i) {
+            uint32_t imm = co_await s.next_immediate();
+            EXPECT_EQ(imm, i < credits ? i : 1000u);
+        }
+        (void)co_await std::move(client);
+        // The client's futures resolved when the writes completed: the data is in place.
+        EXPECT_EQ(std::string(mem.data(), 1024), std::string(1024, 'B'))
+            << "the later WRITE was overtaken by the WRITE_WITH_IMM that waited for a credit";
+        s = rdma::connection();
+        exported.revoke();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
