@@ -3,6 +3,7 @@
 //   stream round trip (write + flush, read_exactly) at several sizes: median / p99 / mean
 //   stream throughput, one direction, 1 MiB writes
 //   one-sided WRITE throughput, 1 MiB, several in flight
+//   one way, small records: the ring channel against the stream, side by side
 // Prints a table; --json for tooling.
 #include "core/app.hh"
 #include "core/future_util.hh"
@@ -11,8 +12,12 @@
 #include "net/rdma/rdma.hh"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <deque>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +41,43 @@ struct server_state {
     rdma::exported_region exported;
 };
 server_state srv;
+
+/// A ring consumer on the server shard that takes every message until its producer leaves.
+struct ring_server {
+    std::optional<rdma::ring_consumer> ring;
+    std::optional<rdma::listener> l;
+    rdma::connection conn;
+};
+std::vector<std::unique_ptr<ring_server>> ring_servers;
+
+future<> consume_ring(ring_server& r) {
+    for (;;) {
+        try {
+            (void)co_await r.ring->receive();
+        } catch (...) {
+            co_return; // the producer closed its connection
+        }
+    }
+}
+
+/// Listens on `a` with a ring of `capacity` bytes offered in the private data.
+void start_ring_server(net::socket_address a, size_t capacity) {
+    auto r = std::make_unique<ring_server>();
+    r->ring.emplace(capacity);
+    rdma::listen_options lo;
+    lo.connection = rdma::shard_context::local().opts().connection;
+    lo.connection->region = r->ring->descriptor();
+    r->l.emplace(rdma::listen_rc(a, lo));
+    ring_server* rs = r.get();
+    ring_servers.push_back(std::move(r));
+    (void)rs->l->accept()
+        .then([rs](rdma::connection c) {
+            rs->conn = c;
+            rs->ring->attach(std::move(c));
+            return consume_ring(*rs);
+        })
+        .handle_exception([](std::exception_ptr) {});
+}
 
 future<> echo_forever(net::connected_socket s) {
     net::input_stream in = s.input();
@@ -111,6 +153,49 @@ future<double> measure_stream_bw(net::socket_address a, size_t size, double seco
     co_return double(bytes) / secs / 1e6;
 }
 
+/// Messages per second a ring producer gets into the consumer's ring (`depth` sends in flight).
+future<double> measure_ring_rate(net::socket_address a, size_t size, double seconds, unsigned depth) {
+    rdma::connection c = co_await rdma::connect_rc(a);
+    rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+    std::string msg(size, 'r');
+    uint64_t n = 0;
+    std::deque<future<>> inflight;
+    auto start = clk::now();
+    auto end = start + std::chrono::duration<double>(seconds);
+    while (clk::now() < end) {
+        while (inflight.size() < depth) {
+            inflight.push_back(p.send(std::span<const char>(msg.data(), msg.size())));
+        }
+        co_await std::move(inflight.front());
+        inflight.pop_front();
+        ++n;
+    }
+    for (auto& f : inflight) {
+        co_await std::move(f);
+        ++n;
+    }
+    double secs = std::chrono::duration<double>(clk::now() - start).count();
+    co_return double(n) / secs;
+}
+
+/// Messages per second through a stream of `size`-byte writes (no message boundaries: the
+/// stream gathers small writes), counted until the end of stream was delivered.
+future<double> measure_stream_rate(net::socket_address a, size_t size, double seconds) {
+    net::connected_socket s = co_await rdma::connect(a);
+    net::output_stream out = s.output();
+    std::string msg(size, 's');
+    uint64_t n = 0;
+    auto start = clk::now();
+    auto end = start + std::chrono::duration<double>(seconds);
+    while (clk::now() < end) {
+        co_await out.write(msg);
+        ++n;
+    }
+    co_await out.close();
+    double secs = std::chrono::duration<double>(clk::now() - start).count();
+    co_return double(n) / secs;
+}
+
 future<double> measure_write_bw(net::socket_address a, size_t size, double seconds, unsigned depth) {
     rdma::connection c = co_await rdma::connect_rc(a);
     rdma::remote_region rr = *c.peer_region();
@@ -167,7 +252,17 @@ int main(int argc, char** argv) {
         auto drain_addr = net::socket_address::from_host_port(ip, 18517);
         size_t bw_size = parse_size(a.get("bw-size"));
         // Server on shard 1: echo/drain streams, and a region for one-sided writes.
-        co_await submit_to(server_shard, [stream_addr, rc_addr, drain_addr, bw_size] {
+        // Ring channels for the small-record comparison: one ring (and port) per record size.
+        const std::array<size_t, 2> ring_sizes = {64, 4096};
+        const size_t ring_capacity = size_t(1) << 20;
+        std::array<net::socket_address, 2> ring_addrs;
+        for (size_t i = 0; i < ring_addrs.size(); ++i) {
+            ring_addrs[i] = net::socket_address::from_host_port(ip, uint16_t(18520 + i));
+        }
+        // Only trivially destructible captures: GCC 12 may destroy a lambda temporary inside a
+        // co_await expression twice (a string captured here crashed with a double free).
+        future<> servers_up = submit_to(server_shard, [stream_addr, rc_addr, drain_addr, bw_size, ring_addrs,
+                                                       ring_capacity] {
             srv.sock.emplace(rdma::listen(stream_addr));
             (void)keep_doing([] {
                 return srv.sock->accept().then(
@@ -184,10 +279,14 @@ int main(int argc, char** argv) {
             lo.connection = rdma::shard_context::local().opts().connection;
             lo.connection->region = srv.exported.descriptor();
             srv.rc.emplace(rdma::listen_rc(rc_addr, lo));
+            for (const auto& ra : ring_addrs) {
+                start_ring_server(ra, ring_capacity);
+            }
             (void)keep_doing([] {
                 return srv.rc->accept().then([](rdma::connection c) { srv.keep.push_back(std::move(c)); });
             }).handle_exception([](std::exception_ptr) {});
         });
+        co_await std::move(servers_up);
         std::vector<latency_row> lat;
         unsigned iterations = unsigned(a.get_size("iterations"));
         std::string sizes = a.get("sizes");
@@ -213,11 +312,26 @@ int main(int argc, char** argv) {
         double stream_mbps = co_await std::move(sbw);
         future<double> wbw = measure_write_bw(rc_addr, bw_size, seconds, 4);
         double write_mbps = co_await std::move(wbw);
+        // Small records one way: the ring channel (one WRITE_WITH_IMM each) against the stream
+        // (writes gathered into large messages), side by side.
+        std::vector<std::pair<double, double>> ring_rows;
+        for (size_t i = 0; i < ring_sizes.size(); ++i) {
+            future<double> rr = measure_ring_rate(ring_addrs[i], ring_sizes[i], seconds, 64);
+            double ring_rate = co_await std::move(rr);
+            future<double> sr = measure_stream_rate(drain_addr, ring_sizes[i], seconds);
+            double stream_rate = co_await std::move(sr);
+            ring_rows.emplace_back(ring_rate, stream_rate);
+        }
         if (a.has("json")) {
             std::printf("{\"rtt\": [");
             for (size_t i = 0; i < lat.size(); ++i) {
                 std::printf("%s{\"size\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}",
                             i ? ", " : "", lat[i].size, lat[i].median_us, lat[i].p99_us, lat[i].mean_us);
+            }
+            std::printf("], \"ring_vs_stream\": [");
+            for (size_t i = 0; i < ring_rows.size(); ++i) {
+                std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f}",
+                            i ? ", " : "", ring_sizes[i], ring_rows[i].first, ring_rows[i].second);
             }
             std::printf("], \"stream_MBps\": %.1f, \"write_MBps\": %.1f, \"bw_size\": %zu}\n", stream_mbps,
                         write_mbps, bw_size);
@@ -231,12 +345,20 @@ int main(int argc, char** argv) {
                         stream_mbps);
             std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
                         write_mbps);
+            std::printf("%-28s %14s %14s %8s\n", "one way, small records", "ring msg/s", "stream msg/s",
+                        "ring/str");
+            for (size_t i = 0; i < ring_rows.size(); ++i) {
+                std::printf("%-28s %14.0f %14.0f %8.2f\n", fmt::format("  {} B", ring_sizes[i]).c_str(),
+                            ring_rows[i].first, ring_rows[i].second,
+                            ring_rows[i].second > 0 ? ring_rows[i].first / ring_rows[i].second : 0.0);
+            }
         }
         co_await submit_to(server_shard, [] {
             srv.sock->abort_accept();
             srv.drain->abort_accept();
             srv.rc->abort_accept();
             srv.keep.clear();
+            ring_servers.clear();
             srv.exported.revoke();
             srv.mem.reset();
         });
