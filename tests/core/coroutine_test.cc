@@ -5,6 +5,7 @@
 #include "core/future_util.hh"
 #include "core/timer.hh"
 #include "run_in_shards.hh"
+#include "test_failures.hh"
 
 #include <chrono>
 #include <coroutine>
@@ -19,15 +20,11 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::test_error;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shard;
 
 namespace {
-
-struct test_error : std::runtime_error {
-    explicit test_error(const std::string& what)
-        : std::runtime_error(what) {}
-};
 
 future<int> add_ready(int a, int b) {
     int x = co_await make_ready_future<int>(a);

@@ -3,6 +3,7 @@
 #include "core/future.hh"
 #include "core/future_util.hh"
 #include "run_in_shards.hh"
+#include "test_failures.hh"
 
 #include <memory>
 #include <stdexcept>
@@ -12,28 +13,11 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
+using shoal::testing::test_error;
 
-namespace {
-
-struct test_error : std::runtime_error {
-    explicit test_error(const std::string& what)
-        : std::runtime_error(what) {}
-};
-
-/// The message of a failed future's exception (consumes it).
-template <typename T>
-std::string failure_of(future<T>& f) {
-    EXPECT_TRUE(f.failed());
-    try {
-        std::rethrow_exception(f.get_exception());
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "?";
-}
-
-} // namespace
+namespace {} // namespace
 
 // --- ready futures: no reactor needed, everything runs inline -------------------------------
 

@@ -3,6 +3,7 @@
 #include "core/future_util.hh"
 #include "core/timer.hh"
 #include "run_in_shards.hh"
+#include "test_failures.hh"
 
 #include <chrono>
 #include <memory>
@@ -14,26 +15,12 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::failure_of;
+using shoal::testing::test_error;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shard;
 
 namespace {
-
-struct test_error : std::runtime_error {
-    explicit test_error(const std::string& what)
-        : std::runtime_error(what) {}
-};
-
-template <typename T>
-std::string failure_of(future<T>& f) {
-    EXPECT_TRUE(f.failed());
-    try {
-        std::rethrow_exception(f.get_exception());
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "?";
-}
 
 /// Runs `func` after the reactor has run a few rounds of other tasks.
 template <typename Func>

@@ -3,6 +3,7 @@
 #include "core/semaphore.hh"
 #include "core/timer.hh"
 #include "run_in_shards.hh"
+#include "test_failures.hh"
 
 #include <chrono>
 #include <memory>
@@ -13,21 +14,11 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::failure_of;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shard;
 
 namespace {
-
-template <typename T>
-std::string failure_of(future<T>& f) {
-    EXPECT_TRUE(f.failed());
-    try {
-        std::rethrow_exception(f.get_exception());
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "?";
-}
 
 /// Lets the reactor run the tasks queued so far (and a few rounds more).
 future<> settle(int rounds = 3) {

@@ -4,6 +4,7 @@
 #include "core/sharded.hh"
 #include "core/timer.hh"
 #include "run_in_shards.hh"
+#include "test_failures.hh"
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::test_error;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shards;
 
@@ -22,11 +24,6 @@ namespace {
 std::atomic<int> g_live{0};
 std::atomic<int> g_stopped{0};
 std::atomic<int> g_wrong_shard{0};
-
-struct test_error : std::runtime_error {
-    explicit test_error(const std::string& what)
-        : std::runtime_error(what) {}
-};
 
 /// A service that checks it is only touched on the shard that built it.
 class service {

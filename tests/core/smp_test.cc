@@ -5,6 +5,7 @@
 #include "core/smp.hh"
 #include "core/timer.hh"
 #include "run_in_shards.hh"
+#include "test_failures.hh"
 
 #include <atomic>
 #include <chrono>
@@ -20,15 +21,11 @@
 #include <sched.h>
 
 using namespace shoal;
+using shoal::testing::test_error;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shards;
 
 namespace {
-
-struct test_error : std::runtime_error {
-    explicit test_error(const std::string& what)
-        : std::runtime_error(what) {}
-};
 
 /// CPUs the calling thread may run on.
 std::vector<unsigned> thread_cpus() {
