@@ -340,9 +340,6 @@ public:
         }
         if (!_pumping) {
             if (auto f = issue(msg)) {
-                if (_stalled_op) {
-                    start_pump(self);
-                }
                 return std::move(*f);
             }
         }
@@ -377,28 +374,20 @@ private:
     size_t room() const noexcept { return _cap - (_w - _r); }
 
     /// Writes the entry staged at [off, off + len) to the same place of the ring, with the
-    /// doorbell for the current write index. `stalled`: the connection holds it back (no send
-    /// slot or credit); nothing may be posted after it until it is, or the doorbells could
-    /// overtake one another.
-    future<> post(size_t off, size_t len, bool& stalled) {
-        uint64_t before = _conn.stats().one_sided_ops; // counts requests queued for posting
-        future<> f = _conn.write_with_imm(local_span{_mem.get() + off, uint32_t(len), _mr.lkey()}, _ring,
-                                          ring_layout::header_size + off, low31(_w));
-        stalled = !f.available() && _conn.stats().one_sided_ops == before;
-        if (stalled) {
-            ++_stats.stalls;
-        }
-        return f;
+    /// doorbell for the current write index. The connection issues one-sided operations in
+    /// call order, even those that wait for a send slot or credit, so doorbells never overtake
+    /// one another.
+    future<> post(size_t off, size_t len) {
+        return _conn.write_with_imm(local_span{_mem.get() + off, uint32_t(len), _mr.lkey()}, _ring,
+                                    ring_layout::header_size + off, low31(_w));
     }
 
     /// Writes `msg` (after a wrap marker when it does not fit before the end of the data area).
-    /// Returns its future, or nothing when the ring has no room for it by the cached read index
-    /// or a wrap marker stalled.
+    /// Returns its future, or nothing when the ring has no room for it by the cached read index.
     std::optional<future<>> issue(std::span<const char> msg) {
         const size_t size = entry_size(msg.size());
         size_t off = _w & _mask;
         const size_t tail = _cap - off;
-        bool stalled = false;
         if (size > tail) {
             if (room() < tail) {
                 return std::nullopt;
@@ -407,15 +396,11 @@ private:
             std::memcpy(_mem.get() + off, &h, sizeof(h));
             _w += tail;
             ++_stats.wraps;
-            future<> marker = post(off, sizeof(h), stalled);
+            future<> marker = post(off, sizeof(h));
             if (marker.failed()) {
                 std::exception_ptr ex = marker.get_exception();
                 fail(ex);
                 return make_exception_future<>(ex);
-            }
-            if (stalled) {
-                _stalled_op.emplace(std::move(marker));
-                return std::nullopt;
             }
             // The marker's own result is not needed: if it fails, the connection breaks and the
             // message's write after it fails too.
@@ -432,23 +417,18 @@ private:
         _w += size;
         ++_stats.messages;
         _stats.bytes += msg.size();
-        future<> f = post(off, size, stalled);
+        future<> f = post(off, size);
         if (f.failed()) {
             std::exception_ptr ex = f.get_exception();
             fail(ex);
             return make_exception_future<>(ex);
         }
-        if (stalled) {
-            _stalled_op.emplace(std::move(f));
-            _stalled_done.emplace();
-            return _stalled_done->get_future();
-        }
         return f;
     }
 
-    /// Issues queued sends while they fit and nothing stalled.
+    /// Issues queued sends while they fit.
     void drain() {
-        while (!_queue.empty() && !_stalled_op && !_error) {
+        while (!_queue.empty() && !_error) {
             auto f = issue(_queue.front().msg);
             if (!f) {
                 return;
@@ -481,37 +461,13 @@ private:
         (void)pump(self);
     }
 
-    /// Runs while sends wait for room or an entry stalled: awaits the stalled entry, refreshes
-    /// the read index (READ, then a wait request answered by a push), issues what fits.
+    /// Runs while sends wait for room: refreshes the read index (READ, then a wait request
+    /// answered by a push) and issues what fits.
     static future<> pump(std::shared_ptr<ring_producer_state> self) {
         ring_producer_state& s = *self;
         try {
             for (;;) {
-                if (s._stalled_op) {
-                    future<> op = std::move(*s._stalled_op);
-                    s._stalled_op.reset();
-                    std::optional<promise<>> done = std::move(s._stalled_done);
-                    s._stalled_done.reset();
-                    std::exception_ptr ex;
-                    try {
-                        co_await std::move(op);
-                    } catch (...) {
-                        ex = std::current_exception();
-                    }
-                    if (done && ex) {
-                        done->set_exception(ex);
-                    } else if (done) {
-                        done->set_value();
-                    }
-                    if (ex) {
-                        std::rethrow_exception(ex);
-                    }
-                    continue;
-                }
                 s.drain();
-                if (s._stalled_op) {
-                    continue;
-                }
                 if (s._queue.empty() || s._error) {
                     break;
                 }
@@ -522,13 +478,10 @@ private:
                 std::memcpy(&r, s.scratch(), sizeof(r));
                 s.update_read_index(r);
                 s.drain();
-                if (s._stalled_op) {
-                    continue;
-                }
                 if (s._queue.empty() || s._error) {
                     break;
                 }
-                // Still full: every entry issued so far precedes this request (nothing stalled),
+                // Still full: every entry issued so far precedes this request (in-order issue),
                 // so the consumer reads it against the write index it already knows.
                 ++s._stats.wait_requests;
                 co_await s._conn.write_with_imm({}, s._ring, 0, imm_wait | low31(s.needed()));
@@ -562,8 +515,6 @@ private:
     uint64_t _r = 0;   // the consumer's read index, as last seen
     std::deque<pending> _queue;
     bool _pumping = false;
-    std::optional<future<>> _stalled_op;    // an entry the connection holds back
-    std::optional<promise<>> _stalled_done; // its sender (none for a wrap marker)
     std::exception_ptr _error;
     ring_producer_stats _stats;
 };

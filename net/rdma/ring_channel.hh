@@ -57,7 +57,6 @@ struct ring_producer_stats {
     uint64_t queued = 0;        ///< sends that waited (ring full, or earlier sends waiting)
     uint64_t index_reads = 0;   ///< RDMA READs of the consumer's read index
     uint64_t wait_requests = 0; ///< times the producer asked the consumer to push its read index
-    uint64_t stalls = 0;        ///< entries the connection held back (no send slot or credit)
 };
 
 /// The receiving end of a ring channel: a ring in registered memory of the calling shard, which
