@@ -500,6 +500,20 @@ future<std::shared_ptr<connection_ref>> connection_impl::start_connect(const net
     return f;
 }
 
+rdma_conn_param connection_impl::cm_params(const std::array<uint8_t, conn_params_size>& pdata,
+                                           int max_responder_resources,
+                                           int max_initiator_depth) const noexcept {
+    const auto& attr = _ctx->dev().attributes().orig_attr;
+    rdma_conn_param p{};
+    p.private_data = pdata.data();
+    p.private_data_len = uint8_t(pdata.size());
+    p.responder_resources = uint8_t(std::min({max_responder_resources, attr.max_qp_rd_atom, 16}));
+    p.initiator_depth = uint8_t(std::min({max_initiator_depth, attr.max_qp_init_rd_atom, 16}));
+    p.retry_count = 7;
+    p.rnr_retry_count = 0; // credits make RNR impossible
+    return p;
+}
+
 void connection_impl::accept(const conn_params& peer, const cm_event& request, acceptor* a) {
     _peer = peer;
     _send_credits = peer.credits;
@@ -507,14 +521,8 @@ void connection_impl::accept(const conn_params& peer, const cm_event& request, a
     _peer_addr = address_of(rdma_get_peer_addr(_id));
     create_qp();
     auto pdata = encode_conn_params(local_params());
-    const auto& attr = _ctx->dev().attributes().orig_attr;
-    rdma_conn_param p{};
-    p.private_data = pdata.data();
-    p.private_data_len = uint8_t(pdata.size());
-    p.responder_resources = uint8_t(std::min<int>({request.initiator_depth, attr.max_qp_rd_atom, 16}));
-    p.initiator_depth = uint8_t(std::min<int>({request.responder_resources, attr.max_qp_init_rd_atom, 16}));
-    p.rnr_retry_count = 0; // credits make RNR impossible
-    p.retry_count = 7;
+    // Never more READ/atomic depth than the requester offers.
+    rdma_conn_param p = cm_params(pdata, request.initiator_depth, request.responder_resources);
     if (rdma_accept(_id, &p) != 0) {
         throw connection_error(errno_text("rdma_accept", errno));
     }
@@ -542,14 +550,7 @@ void connection_impl::on_cm_event(const cm_event& ev) noexcept {
         try {
             create_qp();
             auto pdata = encode_conn_params(local_params());
-            const auto& attr = _ctx->dev().attributes().orig_attr;
-            rdma_conn_param p{};
-            p.private_data = pdata.data();
-            p.private_data_len = uint8_t(pdata.size());
-            p.responder_resources = uint8_t(std::min(attr.max_qp_rd_atom, 16));
-            p.initiator_depth = uint8_t(std::min(attr.max_qp_init_rd_atom, 16));
-            p.retry_count = 7;
-            p.rnr_retry_count = 0; // credits make RNR impossible
+            rdma_conn_param p = cm_params(pdata, 16, 16);
             if (rdma_connect(_id, &p) != 0) {
                 throw connection_error(errno_text("rdma_connect", errno));
             }

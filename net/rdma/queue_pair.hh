@@ -189,6 +189,11 @@ private:
     // setup helpers (connection_manager.cc)
     void create_qp();
     conn_params local_params() const noexcept;
+    /// rdma_cm parameters of our connect or accept: `pdata` as private data, RC retries without
+    /// RNR retries (credits make RNR impossible), READ/atomic depths capped by the device, 16 and
+    /// the given maxima.
+    rdma_conn_param cm_params(const std::array<uint8_t, conn_params_size>& pdata, int max_responder_resources,
+                              int max_initiator_depth) const noexcept;
     void fail_setup(const std::string& why) noexcept;
     void graceful_close() noexcept;
     void established(const cm_event& ev) noexcept;
