@@ -71,8 +71,7 @@ std::chrono::duration<double> seconds_of(const app& a, const std::string& name) 
     return std::chrono::duration<double>(v);
 }
 
-future<int> run_server(const app& a, transport t, std::string host) {
-    auto addr = net::socket_address::from_host_port(host, port_of(a));
+future<int> run_server(transport t, net::socket_address addr) {
     co_await t.start();
     sharded<echo_server> servers;
     co_await servers.start(t);
@@ -116,7 +115,9 @@ future<int> run_server(const app& a, transport t, std::string host) {
     co_return 0;
 }
 
-future<int> run_client(const app& a, transport t, std::string host) {
+/// What `shoal-echo bench` measures, from the command line; throws std::invalid_argument
+/// naming a bad option.
+bench_options bench_options_from(const app& a, const std::string& transport_name, const std::string& host) {
     bench_options o;
     for (const auto& s : split(a.get("sizes"), ',')) {
         o.sizes.push_back(size_t(parse_size(s)));
@@ -144,8 +145,12 @@ future<int> run_client(const app& a, transport t, std::string host) {
         }
     } else {
         auto addr = net::socket_address::from_host_port(host, port_of(a));
-        o.targets.push_back({t.name, addr});
+        o.targets.push_back({transport_name, addr});
     }
+    return o;
+}
+
+future<int> run_client(transport t, bench_options o, bool json) {
     co_await t.start();
     std::vector<cell_result> cells;
     std::exception_ptr failed_run;
@@ -158,7 +163,7 @@ future<int> run_client(const app& a, transport t, std::string host) {
     if (failed_run) {
         std::rethrow_exception(failed_run);
     }
-    if (a.has("json")) {
+    if (json) {
         fmt::print("{}", format_json(cells, t.name));
     } else {
         for (const auto& target : o.targets) {
@@ -205,16 +210,6 @@ int main(int argc, char** argv) {
     }
     net::tcp::config tcfg = net::tcp::get_config();
     try {
-        // Bad values are reported here, before any shard starts.
-        (void)port_of(a);
-        (void)seconds_of(a, "duration");
-        (void)seconds_of(a, "warmup");
-        for (const auto& n : split(a.get("sizes"), ',')) {
-            (void)parse_size(n);
-        }
-        for (const auto& n : split(a.get("concurrency"), ',')) {
-            (void)parse_size(n);
-        }
         tcfg.recv_buffers = unsigned(a.get_size("recv-buffers"));
         tcfg.recv_buffer_size = size_t(a.get_size("recv-buffer-size"));
     } catch (const std::exception& e) {
@@ -233,10 +228,18 @@ int main(int argc, char** argv) {
     }
     transport t;
     smp_options smp = a.engine_options();
+    // Every option is read here, so that a bad value is reported before any shard starts.
+    net::socket_address server_addr;
+    bench_options bench;
     try {
         t = make_transport(a.get("transport"), a);
         if (t.name == "rdma") {
             net::rdma::apply_nic_local_option(a, smp);
+        }
+        if (mode == "server") {
+            server_addr = net::socket_address::from_host_port(host, port_of(a));
+        } else {
+            bench = bench_options_from(a, t.name, host);
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-echo: %s\n", e.what());
@@ -244,7 +247,7 @@ int main(int argc, char** argv) {
     }
     try {
         return run_shards(smp, [&]() -> future<int> {
-            return mode == "server" ? run_server(a, t, host) : run_client(a, t, host);
+            return mode == "server" ? run_server(t, server_addr) : run_client(t, bench, a.has("json"));
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-echo: %s\n", e.what());
