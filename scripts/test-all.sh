@@ -28,6 +28,9 @@ step "native tests, sanitize"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --preset sanitize -LE '^rdma$|^softroce$' -j "$jobs" --timeout 600
 
+step "fuzz targets (libFuzzer, clang), ${SHOAL_FUZZ_SECONDS:-20} s each"
+SHOAL_FUZZ_SECONDS=${SHOAL_FUZZ_SECONDS:-20} scripts/run-fuzzers.sh
+
 step "RDMA tests (device or Soft-RoCE guest), release"
 tests/softroce/run-rdma-tests.sh build/release
 
