@@ -133,6 +133,17 @@ public:
     virtual socket_address local_address() const = 0;
     /// The other end's address.
     virtual socket_address peer_address() const = 0;
+    /// Breaks the connection at once, whatever the peer does: pending and later reads and
+    /// writes fail (or see end of stream), queued output is dropped, resources are released
+    /// without waiting for the peer. Servers use it when a graceful drain missed its deadline.
+    /// Transports override it; the default only shuts both directions down.
+    virtual void abort() noexcept {
+        try {
+            shutdown_input();
+            shutdown_output();
+        } catch (...) {
+        }
+    }
 };
 
 /// A connected byte stream (TCP or RDMA). Each direction is taken once with `input()` and
@@ -153,6 +164,9 @@ public:
     void shutdown_input() { _impl->shutdown_input(); }
     /// Ends sending (the peer reads end of stream) without closing the input.
     void shutdown_output() { _impl->shutdown_output(); }
+    /// Breaks the connection now: no drain, no waiting for the peer (see
+    /// `connected_socket_impl::abort`).
+    void abort() noexcept { _impl->abort(); }
     /// Turns TCP_NODELAY on or off (RDMA streams only record it: they never delay sends).
     void set_nodelay(bool on) { _impl->set_nodelay(on); }
     /// Whether no-delay is on.
