@@ -69,7 +69,7 @@ future<> client_loop(net::connected_socket s, net::temporary_buffer msg, clock_t
 }
 
 /// Runs `conns` clients on this shard against `addr`.
-future<shard_result> run_on_shard(transport t, net::socket_address addr, size_t size, unsigned conns,
+future<shard_result> run_on_shard(net::transport t, net::socket_address addr, size_t size, unsigned conns,
                                   clock_type::time_point start, clock_type::time_point measure_from,
                                   clock_type::time_point until) {
     auto r = std::make_unique<shard_result>();
@@ -100,7 +100,7 @@ future<shard_result> run_on_shard(transport t, net::socket_address addr, size_t 
     co_return std::move(*r);
 }
 
-future<cell_result> run_cell(transport t, bench_target target, size_t size, unsigned conc,
+future<cell_result> run_cell(net::transport t, bench_target target, size_t size, unsigned conc,
                              const bench_options& o) {
     unsigned shards = shard_count();
     // Connecting happens before `start`: leave room for it (it is not measured).
@@ -188,7 +188,7 @@ std::string format_size(size_t bytes) {
     return fmt::format("{}B", bytes);
 }
 
-future<std::vector<cell_result>> run_bench(transport t, bench_options opts) {
+future<std::vector<cell_result>> run_bench(net::transport t, bench_options opts) {
     std::vector<cell_result> out;
     unsigned repeat = std::max(1u, opts.repeat);
     for (size_t size : opts.sizes) {

@@ -1,9 +1,9 @@
 #pragma once
 
 #include "apps/echo/histogram.hh"
-#include "apps/echo/transport.hh"
 #include "core/future.hh"
 #include "net/socket_address.hh"
+#include "net/transport.hh"
 
 #include <chrono>
 #include <cstddef>
@@ -61,7 +61,7 @@ struct cell_result {
 };
 
 /// Runs the benchmark from shard 0; connections of a cell are spread over all shards.
-future<std::vector<cell_result>> run_bench(transport t, bench_options opts);
+future<std::vector<cell_result>> run_bench(net::transport t, bench_options opts);
 
 /// The seed-001 table (size, concurrency, Gb/s, P90 µs, P99 µs, QPS) of one target's cells.
 std::string format_table(const std::vector<cell_result>& cells, const std::string& target);

@@ -1,10 +1,10 @@
 #pragma once
 
-#include "apps/echo/transport.hh"
 #include "core/future.hh"
 #include "core/gate.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
+#include "net/transport.hh"
 
 #include <cstdint>
 #include <list>
@@ -17,7 +17,7 @@ namespace shoal::echo {
 class echo_server {
 public:
     /// A server that listens through `t`.
-    explicit echo_server(transport t)
+    explicit echo_server(net::transport t)
         : _t(std::move(t)) {}
 
     /// Listens on `addr` and starts accepting. Throws what the transport's listen throws.
@@ -39,7 +39,7 @@ private:
     future<> accept_loop();
     future<> serve(net::connected_socket s);
 
-    transport _t;
+    net::transport _t;
     net::server_socket _ss;
     gate _gate;
     std::list<net::connected_socket> _open;

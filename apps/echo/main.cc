@@ -10,13 +10,13 @@
 
 #include "apps/echo/bench.hh"
 #include "apps/echo/echo_server.hh"
-#include "apps/echo/transport.hh"
 #include "core/app.hh"
 #include "core/coroutine.hh"
 #include "core/log.hh"
 #include "core/sharded.hh"
 #include "net/rdma/options.hh"
 #include "net/tcp/tcp.hh"
+#include "net/transport.hh"
 
 #include <chrono>
 #include <cstdio>
@@ -71,7 +71,7 @@ std::chrono::duration<double> seconds_of(const app& a, const std::string& name) 
     return std::chrono::duration<double>(v);
 }
 
-future<int> run_server(transport t, net::socket_address addr) {
+future<int> run_server(net::transport t, net::socket_address addr) {
     co_await t.start();
     sharded<echo_server> servers;
     co_await servers.start(t);
@@ -150,7 +150,7 @@ bench_options bench_options_from(const app& a, const std::string& transport_name
     return o;
 }
 
-future<int> run_client(transport t, bench_options o, bool json) {
+future<int> run_client(net::transport t, bench_options o, bool json) {
     co_await t.start();
     std::vector<cell_result> cells;
     std::exception_ptr failed_run;
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
     a.add_flag("json", "bench: print JSON instead of tables");
     a.add_option("recv-buffers", "tcp: receive buffers in each shard's ring", "1024");
     a.add_option("recv-buffer-size", "tcp: size of each receive buffer", "32K");
-    add_transport_options(a);
+    net::add_transport_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
@@ -226,13 +226,13 @@ int main(int argc, char** argv) {
         }
         host = mode == "server" ? "0.0.0.0" : "127.0.0.1";
     }
-    transport t;
+    net::transport t;
     smp_options smp = a.engine_options();
     // Every option is read here, so that a bad value is reported before any shard starts.
     net::socket_address server_addr;
     bench_options bench;
     try {
-        t = make_transport(a.get("transport"), a);
+        t = net::make_transport(a.get("transport"), a);
         if (t.name == "rdma") {
             net::rdma::apply_nic_local_option(a, smp);
         }

@@ -34,7 +34,7 @@ future<> one_client(connected_socket s, unsigned id, unsigned& ok) {
 future<> thousand_connections() {
     constexpr unsigned n = 1000;
     sharded<echo::echo_server> server;
-    co_await server.start(echo::make_transport("tcp"));
+    co_await server.start(net::make_transport("tcp"));
     server.local().start(socket_address::parse("127.0.0.1:0"));
     auto addr = server.local().local_address();
     // All connects at once, then all exchanges at once: 1000 open connections on one server.

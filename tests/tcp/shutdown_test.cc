@@ -31,7 +31,7 @@ future<bool> idle_client(connected_socket s) {
 
 future<> stop_server_with_open_connections() {
     sharded<echo::echo_server> servers;
-    co_await servers.start(echo::make_transport("tcp"));
+    co_await servers.start(net::make_transport("tcp"));
     co_await servers.invoke_on_all(
         [](echo::echo_server& s) { s.start(socket_address::parse("127.0.0.1:0")); });
     auto addr = servers.local().local_address();

@@ -1,4 +1,4 @@
-#include "apps/echo/transport.hh"
+#include "net/transport.hh"
 
 #include "core/app.hh"
 #include "net/rdma/connection.hh"
@@ -8,14 +8,14 @@
 
 #include <stdexcept>
 
-namespace shoal::echo {
+namespace shoal::net {
 
 std::vector<std::string> transport_names() {
     return {"tcp", "rdma"};
 }
 
 void add_transport_options(app& a) {
-    net::rdma::add_options(a);
+    rdma::add_options(a);
 }
 
 namespace {
@@ -24,24 +24,20 @@ transport make(std::string_view name, const app* a) {
     if (name == "tcp") {
         return transport{
             "tcp",
-            [](const net::socket_address& addr, const net::listen_options& o) {
-                return net::tcp::listen(addr, o);
-            },
-            [](const net::socket_address& addr) { return net::tcp::connect(addr); },
+            [](const socket_address& addr, const listen_options& o) { return tcp::listen(addr, o); },
+            [](const socket_address& addr) { return tcp::connect(addr); },
         };
     }
     if (name == "rdma") {
-        net::rdma::options opts = a ? net::rdma::options_from(*a) : net::rdma::options{};
+        rdma::options opts = a ? rdma::options_from(*a) : rdma::options{};
         return transport{
             "rdma",
             // rdma_cm spreads one listening address over every shard that listens on it, so the
             // echo server's per-shard listen works as SO_REUSEPORT does for TCP.
-            [](const net::socket_address& addr, const net::listen_options&) {
-                return net::rdma::listen(addr);
-            },
-            [](const net::socket_address& addr) { return net::rdma::connect(addr); },
-            [opts] { return net::rdma::start(opts); },
-            [] { return net::rdma::stop(); },
+            [](const socket_address& addr, const listen_options&) { return rdma::listen(addr); },
+            [](const socket_address& addr) { return rdma::connect(addr); },
+            [opts] { return rdma::start(opts); },
+            [] { return rdma::stop(); },
         };
     }
     std::string known;
@@ -61,4 +57,4 @@ transport make_transport(std::string_view name, const app& a) {
     return make(name, &a);
 }
 
-} // namespace shoal::echo
+} // namespace shoal::net

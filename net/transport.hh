@@ -13,15 +13,16 @@ namespace shoal {
 class app;
 }
 
-namespace shoal::echo {
+namespace shoal::net {
 
-/// How the echo app reaches the network: the listen and connect functions of one transport,
-/// plus what it must do once the engine runs and before it stops. The server and the benchmark
-/// only see `server_socket` and `connected_socket`.
+/// How an application reaches the network, chosen at run time (`--transport tcp|rdma`): the
+/// listen and connect functions of one transport, plus what it must do once the engine runs and
+/// before it stops. Servers and clients written against it only see `server_socket` and
+/// `connected_socket`, so one implementation serves both transports.
 struct transport {
     std::string name;
-    std::function<net::server_socket(const net::socket_address&, const net::listen_options&)> listen;
-    std::function<future<net::connected_socket>(const net::socket_address&)> connect;
+    std::function<server_socket(const socket_address&, const listen_options&)> listen;
+    std::function<future<connected_socket>(const socket_address&)> connect;
     /// Runs on shard 0 once the engine runs, before any listen or connect (RDMA opens its
     /// device and builds every shard's resources here).
     std::function<future<>()> start = [] { return make_ready_future<>(); };
@@ -42,4 +43,4 @@ transport make_transport(std::string_view name, const app& a);
 /// Names `make_transport` accepts.
 std::vector<std::string> transport_names();
 
-} // namespace shoal::echo
+} // namespace shoal::net
