@@ -71,6 +71,7 @@ public:
     }
     void shutdown_input() override { _c.shutdown_input(); }
     void shutdown_output() override { _c.shutdown_output(); }
+    void abort() noexcept override { _c.abort(); }
     void set_nodelay(bool on) override { _c.set_nodelay(on); }
     bool get_nodelay() const override { return _c.get_nodelay(); }
     void set_keepalive(bool on) override { _c.set_keepalive(on); }
@@ -409,7 +410,11 @@ void connection::start_send() {
 
 void connection::on_send(int result, uint32_t) noexcept {
     _send_in_flight = false;
-    if (result <= 0) {
+    if (_send_error) {
+        // Aborted while this send was in flight: its buffers may go now.
+        _sendq.clear();
+        _send_queued = 0;
+    } else if (result <= 0) {
         int err = result < 0 ? -result : EPIPE;
         send_failed(std::make_exception_ptr(make_error(err, "send", _peer)));
     } else {
@@ -447,8 +452,11 @@ void connection::send_failed(std::exception_ptr ex) noexcept {
     if (!_send_error) {
         _send_error = std::move(ex);
     }
-    _sendq.clear();
-    _send_queued = 0;
+    if (!_send_in_flight) {
+        // The kernel reads none of them: drop the queue now (else on_send does).
+        _sendq.clear();
+        _send_queued = 0;
+    }
     if (_put_waiter) {
         _put_waiter->set_exception(_send_error);
         _put_waiter.reset();
@@ -508,6 +516,47 @@ void connection::shutdown_output() {
     } else {
         _shutdown_when_drained = true;
     }
+}
+
+// --- abort
+
+void connection::abort() noexcept {
+    if (std::exchange(_aborted, true)) {
+        return;
+    }
+    ++local_stats().aborts;
+    // A reset instead of a FIN when the fd is closed (once the kernel holds no request of
+    // ours), and unsent bytes are dropped rather than lingering for a peer that may never read.
+    linger lg{1, 0};
+    (void)::setsockopt(_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    auto error = std::make_exception_ptr(make_error(ECONNABORTED, "abort", _peer));
+    // Receiving: drop what is queued, fail the pending read and every later one.
+    _recvq.clear();
+    _unread = 0;
+    _input_ended = true; // a receive still armed delivers nothing more
+    recv_failed(error);
+    cancel_recv();
+    if (_waiting_buffers) {
+        _ring->cancel_wait(*this);
+        _waiting_buffers = false;
+        _ring = nullptr;
+    }
+    // Sending: fail the waiting put/close and later ones; a send the kernel holds is cancelled
+    // and its buffers are freed by its completion.
+    _output_closed = true;
+    _shutdown_when_drained = false;
+    send_failed(error);
+    if (_send_in_flight) {
+        try {
+            _canceller.cancel(&_send_c);
+        } catch (...) {
+            // No SQE: the shutdown below ends the blocked send as well.
+        }
+    }
+    // Wakes a send the kernel has parked on a full socket buffer (it fails with EPIPE).
+    _shut_wr = true;
+    ::shutdown(_fd, SHUT_RDWR);
+    maybe_destroy();
 }
 
 // --- options and addresses

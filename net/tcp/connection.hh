@@ -63,6 +63,12 @@ public:
     /// Refuses further puts and shuts the write side down once the queue is sent, without waiting.
     void shutdown_output();
 
+    /// Breaks the connection now: SO_LINGER 0 (the close sends a reset and drops unsent bytes),
+    /// shutdown of both directions, the receive and an in-flight send are cancelled; the pending
+    /// read and later reads fail, the waiting write, flush or close and later ones fail, queued
+    /// output is dropped (buffers the kernel still reads stay alive until its completion).
+    void abort() noexcept;
+
     // --- options and addresses
     /// Sets TCP_NODELAY; throws std::system_error.
     void set_nodelay(bool on);
@@ -150,6 +156,7 @@ private:
     bool _output_closed = false;         // close/shutdown_output: no more puts
     bool _shutdown_when_drained = false; // SHUT_WR once the queue is empty
     bool _shut_wr = false;
+    bool _aborted = false;
     std::exception_ptr _send_error;
     std::deque<temporary_buffer> _sendq;
     size_t _send_queued = 0; // bytes in _sendq (in flight included)
