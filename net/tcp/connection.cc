@@ -1,5 +1,7 @@
 #include "net/tcp/connection.hh"
 
+#include "net/tcp/send_buffers.hh"
+
 #include <cerrno>
 #include <stdexcept>
 #include <utility>
@@ -41,9 +43,11 @@ public:
     }
     ~tcp_data_sink() override { _c.release(); }
     future<> put(temporary_buffer buf) override { return _c.put(std::move(buf)); }
+    future<> put_many(std::span<temporary_buffer> bufs) override { return _c.put_many(bufs); }
     future<> flush() override { return _c.flush(); }
     future<> close() override { return _c.close_output(); }
-    size_t buffer_size_hint() const noexcept override { return 8192; }
+    size_t buffer_size_hint() const noexcept override { return send_buffer_size; }
+    temporary_buffer allocate_buffer(size_t size) override { return allocate_send_buffer(size); }
 
 private:
     connection& _c;
@@ -331,24 +335,52 @@ void connection::shutdown_input() {
 
 // --- sending
 
-future<> connection::put(temporary_buffer buf) {
+future<> connection::check_put() const {
     if (_send_error) {
         return make_exception_future<>(_send_error);
     }
     if (_output_closed) {
         return make_exception_future<>(make_error(EPIPE, "send (output closed)", _peer));
     }
-    if (buf.empty()) {
+    return make_ready_future<>();
+}
+
+future<> connection::queued(size_t bytes) {
+    if (bytes == 0) {
         return make_ready_future<>();
     }
-    _send_queued += buf.size();
-    _sendq.push_back(std::move(buf));
+    _send_queued += bytes;
     schedule_send();
     if (_send_queued <= _send_window) {
         return make_ready_future<>();
     }
     _put_waiter.emplace();
     return _put_waiter->get_future();
+}
+
+future<> connection::put(temporary_buffer buf) {
+    if (auto ok = check_put(); ok.failed()) {
+        return ok;
+    }
+    size_t bytes = buf.size();
+    if (bytes) {
+        _sendq.push_back(std::move(buf));
+    }
+    return queued(bytes);
+}
+
+future<> connection::put_many(std::span<temporary_buffer> bufs) {
+    if (auto ok = check_put(); ok.failed()) {
+        return ok;
+    }
+    size_t bytes = 0;
+    for (auto& b : bufs) {
+        if (!b.empty()) {
+            bytes += b.size();
+            _sendq.push_back(std::move(b));
+        }
+    }
+    return queued(bytes);
 }
 
 void connection::schedule_send() noexcept {

@@ -14,6 +14,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -56,6 +57,9 @@ public:
     // --- sending (see data_sink_impl)
     /// Queues `buf` for sending; waits while more than `config::send_window` bytes are queued.
     future<> put(temporary_buffer buf);
+    /// Queues every buffer of `bufs` (moved out), in order; they leave in one sendmsg when no
+    /// send is in flight. Waits as `put` does.
+    future<> put_many(std::span<temporary_buffer> bufs);
     /// Resolves at once (the queue is sent in the background) unless a send failed.
     future<> flush();
     /// Refuses further puts; resolves once the queue is sent and the write side is shut down.
@@ -118,6 +122,8 @@ private:
     void run_send_task() noexcept;
     void start_send();
     void on_send(int result, uint32_t flags) noexcept;
+    future<> check_put() const;
+    future<> queued(size_t bytes);
     void send_failed(std::exception_ptr ex) noexcept;
     void output_drained() noexcept;
     void do_shutdown_output() noexcept;
