@@ -247,7 +247,11 @@ int main(int argc, char** argv) {
         }
         if (mode == "server") {
             server_addr = net::socket_address::from_host_port(host, port_of(a));
-            shutdown_timeout = std::chrono::milliseconds(a.get_size("shutdown-timeout-ms"));
+            try {
+                shutdown_timeout = std::chrono::milliseconds(a.get_size("shutdown-timeout-ms"));
+            } catch (const std::exception& e) {
+                throw std::invalid_argument(std::string("--shutdown-timeout-ms: ") + e.what());
+            }
         } else {
             bench = bench_options_from(a, t.name, host);
         }
