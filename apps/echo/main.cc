@@ -100,7 +100,8 @@ future<int> run_server(transport t, net::socket_address addr, std::chrono::milli
         co_await servers.map_reduce([](echo_server& s) { return s.aborted(); }, uint64_t(0), std::plus<>());
     co_await servers.stop();
     co_await t.stop();
-    fmt::print("shoal-echo: served {} connections ({} aborted at shutdown)\n", conns, aborted);
+    fmt::print("shoal-echo: served {} connections\n", conns);
+    fmt::print("shoal-echo: {} connections aborted at shutdown\n", aborted);
     if (t.name == "tcp") {
         for (unsigned s = 0; s < shard_count(); ++s) {
             auto st = co_await submit_to(s, [] { return net::tcp::shard_stats(); });

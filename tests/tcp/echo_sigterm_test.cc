@@ -182,6 +182,6 @@ TEST(EchoApp, SigtermStopsWithinTheShutdownTimeoutWhileAClientDoesNotRead) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
     EXPECT_GE(took, 300ms) << "the shutdown timeout was not honoured";
     server.read_until([](const std::string& o) { return o.find("sleeps") != std::string::npos; }, 10s);
-    EXPECT_NE(server.output.find("served 1 connections (1 aborted at shutdown)"), std::string::npos)
-        << server.output;
+    EXPECT_NE(server.output.find("served 1 connections\n"), std::string::npos) << server.output;
+    EXPECT_NE(server.output.find("1 connections aborted at shutdown"), std::string::npos) << server.output;
 }
