@@ -1,9 +1,13 @@
 #include "net/stream.hh"
 
+#include "core/coroutine.hh"
+
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace shoal::net {
 
@@ -59,6 +63,7 @@ future<temporary_buffer> input_stream::read_exactly(size_t n) {
     temporary_buffer out(n);
     size_t have = first.size();
     std::memcpy(out.get_write(), first.get(), have);
+    internal::count_copy(have);
     first.reset();
     while (have < n) {
         temporary_buffer b = co_await read();
@@ -68,6 +73,7 @@ future<temporary_buffer> input_stream::read_exactly(size_t n) {
         }
         size_t take = std::min(b.size(), n - have);
         std::memcpy(out.get_write() + have, b.get(), take);
+        internal::count_copy(take);
         have += take;
         if (take < b.size()) {
             b.trim_front(take);
@@ -85,11 +91,42 @@ future<> input_stream::close() {
     return _source->close();
 }
 
+// --- copy counters and sink defaults
+
+thread_local copy_stats internal::tl_stream_copies;
+
+const copy_stats& stream_copies() noexcept {
+    return internal::tl_stream_copies;
+}
+
+namespace {
+future<> put_in_turn(data_sink_impl& sink, std::vector<temporary_buffer> bufs) {
+    for (auto& b : bufs) {
+        co_await sink.put(std::move(b));
+    }
+}
+} // namespace
+
+future<> data_sink_impl::put_many(std::span<temporary_buffer> bufs) {
+    if (bufs.size() == 1) {
+        return put(std::move(bufs[0]));
+    }
+    std::vector<temporary_buffer> owned(std::make_move_iterator(bufs.begin()),
+                                        std::make_move_iterator(bufs.end()));
+    return put_in_turn(*this, std::move(owned));
+}
+
 // --- output_stream
 
 namespace {
 future<> not_connected() {
     return make_exception_future<>(std::logic_error("output_stream: not connected to a socket"));
+}
+
+/// Copies `bytes` to `to` and counts the copy.
+void copy_counted(char* to, std::string_view bytes) noexcept {
+    std::memcpy(to, bytes.data(), bytes.size());
+    internal::count_copy(bytes.size());
 }
 } // namespace
 
@@ -103,16 +140,16 @@ future<> output_stream::put_gathered() {
     if (_used == 0) {
         return make_ready_future<>();
     }
-    if (_used <= small_put) {
-        // A few bytes (a request, a reply): hand over a copy of just them and keep the gathering
-        // buffer for the next writes; a small allocation is far cheaper than a new big buffer.
-        auto bytes = temporary_buffer::copy_of(std::string_view(_buf.get(), _used));
-        _used = 0;
-        return _sink->put(std::move(bytes));
-    }
-    _buf.trim(_used);
+    // Hand over a slice and keep gathering behind it: the sink only reads the slice, we only
+    // write past it. A tail too short to be worth it is dropped (its memory goes with the
+    // last slice).
+    temporary_buffer gathered = _buf.share(0, _used);
+    _buf.trim_front(_used);
     _used = 0;
-    return _sink->put(std::move(_buf));
+    if (_buf.size() < std::max<size_t>(_buffer_size / 8, 1)) {
+        _buf.reset();
+    }
+    return _sink->put(std::move(gathered));
 }
 
 future<> output_stream::write(std::string_view bytes) {
@@ -122,28 +159,40 @@ future<> output_stream::write(std::string_view bytes) {
     if (!_sink) {
         return not_connected();
     }
-    if (!_buf) {
-        _buf = temporary_buffer(_buffer_size);
-    }
-    size_t room = _buffer_size - _used;
-    if (bytes.size() <= room) {
-        std::memcpy(_buf.get_write() + _used, bytes.data(), bytes.size());
-        _used += bytes.size();
-        if (_used < _buffer_size) {
-            return make_ready_future<>();
+    for (;;) {
+        size_t room = _buf.size() - _used;
+        if (bytes.size() <= room) {
+            copy_counted(_buf.get_write() + _used, bytes);
+            _used += bytes.size();
+            return _used < _buf.size() ? make_ready_future<>() : put_gathered();
         }
-        return put_gathered();
+        if (_used == 0) {
+            if (bytes.size() >= _buffer_size) {
+                // Large write, nothing gathered: one copy into memory of its own.
+                temporary_buffer own = _sink->allocate_buffer(bytes.size());
+                copy_counted(own.get_write(), bytes);
+                return _sink->put(std::move(own));
+            }
+            _buf = _sink->allocate_buffer(_buffer_size);
+            continue;
+        }
+        // Fill the room, hand the gathered bytes over, go on with the rest.
+        copy_counted(_buf.get_write() + _used, bytes.substr(0, room));
+        _used += room;
+        bytes.remove_prefix(room);
+        auto put = put_gathered();
+        if (!put.available() || put.failed()) {
+            if (put.failed()) {
+                return put;
+            }
+            // The sink pushes back and the caller's bytes may go once this returns: copy the
+            // rest now, write it once the sink has room.
+            temporary_buffer rest = temporary_buffer::copy_of(bytes);
+            internal::count_copy(bytes.size());
+            return std::move(put).then(
+                [this, rest = std::move(rest)]() mutable { return write(std::move(rest)); });
+        }
     }
-    if (_used == 0 && bytes.size() >= _buffer_size) {
-        // Large write on an empty buffer: one copy straight into a buffer of its own.
-        return _sink->put(temporary_buffer::copy_of(bytes));
-    }
-    std::memcpy(_buf.get_write() + _used, bytes.data(), room);
-    _used += room;
-    // The caller's bytes may go once this returns: copy the rest now, send it after the
-    // gathered bytes.
-    auto rest = temporary_buffer::copy_of(bytes.substr(room));
-    return put_gathered().then([this, rest = std::move(rest)]() mutable { return write(std::move(rest)); });
 }
 
 future<> output_stream::write(temporary_buffer buf) {
@@ -153,11 +202,26 @@ future<> output_stream::write(temporary_buffer buf) {
     if (!_sink) {
         return not_connected();
     }
-    if (buf.size() < _buffer_size / 2 || (_used && _used + buf.size() <= _buffer_size)) {
+    if (buf.size() < _buffer_size / 2 || (_used && _used + buf.size() <= _buf.size())) {
         // Small: gathered (write(string_view) copies everything before it returns).
         return write(buf.view());
     }
     return put_gathered().then([this, buf = std::move(buf)]() mutable { return _sink->put(std::move(buf)); });
+}
+
+future<> output_stream::write(std::span<temporary_buffer> bufs) {
+    if (!_sink) {
+        return not_connected();
+    }
+    auto put = put_gathered();
+    if (put.available() && !put.failed()) {
+        return _sink->put_many(bufs);
+    }
+    std::vector<temporary_buffer> owned(std::make_move_iterator(bufs.begin()),
+                                        std::make_move_iterator(bufs.end()));
+    return std::move(put).then([this, owned = std::move(owned)]() mutable {
+        return _sink->put_many(std::span<temporary_buffer>(owned));
+    });
 }
 
 future<> output_stream::flush() {

@@ -5,7 +5,9 @@
 #include "net/temporary_buffer.hh"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -35,12 +37,41 @@ protected:
     bool _eof = false;
 };
 
+/// Bytes the stream layer copied on the calling thread (output gathering, `read_exactly` joining
+/// buffers), counted so that tests can assert how many copies a message costs.
+struct copy_stats {
+    uint64_t copies = 0; ///< memcpy calls
+    uint64_t bytes = 0;  ///< bytes they copied
+};
+
+/// The calling thread's copy counters.
+const copy_stats& stream_copies() noexcept;
+
+namespace internal {
+/// The counters behind `stream_copies()`.
+extern thread_local copy_stats tl_stream_copies;
+/// Counts one copy of `n` bytes.
+inline void count_copy(size_t n) noexcept {
+    ++tl_stream_copies.copies;
+    tl_stream_copies.bytes += n;
+}
+} // namespace internal
+
 /// Where an output stream's bytes go. `put` may keep the buffer until the bytes are sent.
 class data_sink_impl {
 public:
     virtual ~data_sink_impl() = default;
     /// Queues `buf` for sending; resolves when the sink can take more (not necessarily sent).
     virtual future<> put(temporary_buffer buf) = 0;
+    /// Queues several buffers, in order, as if put one after the other; a transport that can
+    /// send them in one operation (TCP: one sendmsg) does so. The sink moves the buffers out of
+    /// `bufs` before returning (the span need not outlive the call). The default puts them one
+    /// at a time.
+    virtual future<> put_many(std::span<temporary_buffer> bufs);
+    /// Memory of `size` bytes that `output_stream` gathers writes into and then hands to `put`
+    /// (whole or in slices), so a transport can have them written straight into memory it
+    /// sends from. The default allocates on the heap.
+    virtual temporary_buffer allocate_buffer(size_t size) { return temporary_buffer(size); }
     /// Resolves when everything put so far has been handed to the transport.
     virtual future<> flush() { return make_ready_future<>(); }
     /// Flushes and ends the stream (the peer reads end-of-stream).
@@ -78,9 +109,11 @@ private:
     temporary_buffer _held;
 };
 
-/// Writes a byte stream. Small writes are gathered into buffers of the sink's preferred size
-/// and handed over when full or on `flush`; large writes pass through without a copy when given
-/// as `temporary_buffer`. One writer at a time: wait for each future before the next call.
+/// Writes a byte stream. Small writes are gathered (one copy) into buffers the sink allocates
+/// (`data_sink_impl::allocate_buffer`), of its preferred size; on `flush` or when full the
+/// gathered bytes go to the sink as a slice of that buffer (no further copy) and gathering goes
+/// on in the rest of it. Large writes pass through without a copy when given as
+/// `temporary_buffer`. One writer at a time: wait for each future before the next call.
 class output_stream {
 public:
     /// A placeholder without a sink; assign a real stream before writing to it.
@@ -94,18 +127,22 @@ public:
     future<> write(const char* data, size_t size) { return write(std::string_view(data, size)); }
     /// Hands `buf` over (no copy when it is large; small buffers are gathered).
     future<> write(temporary_buffer buf);
+    /// Hands every buffer of `bufs` over as it is, in order after what was gathered, without a
+    /// copy and in one `put_many` (over TCP a header and a payload leave in one sendmsg). The
+    /// buffers are moved out of `bufs` before this returns.
+    future<> write(std::span<temporary_buffer> bufs);
     /// Sends what is gathered and waits until the transport has taken it.
     future<> flush();
     /// Flushes and ends the stream.
     future<> close();
 
 private:
-    /// Gathered bytes up to this size are handed over as a copy; the gathering buffer stays.
-    static constexpr size_t small_put = 1024;
     future<> put_gathered();
     std::unique_ptr<data_sink_impl> _sink;
     size_t _buffer_size = 8192;
-    temporary_buffer _buf; // gathering buffer (capacity _buffer_size)
+    // The part of the current gathering buffer not handed over yet: `_used` gathered bytes at its
+    // front, then room. Slices already handed over stay in the sink's hands.
+    temporary_buffer _buf;
     size_t _used = 0;
 };
 

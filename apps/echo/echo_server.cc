@@ -12,32 +12,10 @@ logger echo_log("echo");
 void echo_server::start(const net::socket_address& addr, net::listen_options opts) {
     opts.reuse_port = true;
     _ss = _t.listen(addr, opts);
-    _gate.enter();
-    (void)accept_loop().finally([this] { _gate.leave(); });
-}
-
-future<> echo_server::accept_loop() {
-    for (;;) {
-        net::accept_result ar;
-        try {
-            ar = co_await _ss.accept();
-        } catch (...) {
-            if (!_gate.is_closed()) {
-                echo_log.warn("accept failed, no longer accepting: {}", std::current_exception());
-            }
-            co_return;
-        }
-        if (!_gate.try_enter()) {
-            co_return;
-        }
-        ++_connections;
-        (void)serve(std::move(ar.connection)).finally([this] { _gate.leave(); });
-    }
+    _conns.accept_from(_ss, [this](net::connected_socket s) { return serve(std::move(s)); });
 }
 
 future<> echo_server::serve(net::connected_socket s) {
-    // Keep a handle so that stop() can end the connection.
-    auto it = _open.insert(_open.end(), s);
     auto in = s.input();
     auto out = s.output();
     try {
@@ -53,21 +31,16 @@ future<> echo_server::serve(net::connected_socket s) {
         co_await out.close();
     } catch (...) {
         ++_errors;
-        echo_log.debug("connection from {} ended: {}", it->peer_address().to_string(),
+        echo_log.debug("connection from {} ended: {}", s.peer_address().to_string(),
                        std::current_exception());
     }
-    _open.erase(it);
 }
 
 future<> echo_server::stop() {
-    auto closed = _gate.close();
-    if (_ss) {
-        _ss.abort_accept();
+    if (_conns.stopping()) {
+        return make_ready_future<>(); // stopped before (sharded::stop calls it again)
     }
-    for (auto& s : _open) {
-        s.shutdown_input();
-    }
-    co_await std::move(closed);
+    return _conns.stop(_shutdown_timeout);
 }
 
 } // namespace shoal::echo

@@ -71,10 +71,11 @@ std::chrono::duration<double> seconds_of(const app& a, const std::string& name) 
     return std::chrono::duration<double>(v);
 }
 
-future<int> run_server(net::transport t, net::socket_address addr) {
+future<int> run_server(net::transport t, net::socket_address addr,
+                       std::chrono::milliseconds shutdown_timeout) {
     co_await t.start();
     sharded<echo_server> servers;
-    co_await servers.start(t);
+    co_await servers.start(t, steady_clock_type::duration(shutdown_timeout));
     std::exception_ptr failed;
     try {
         co_await servers.invoke_on_all([addr](echo_server& s) { s.start(addr); });
@@ -91,11 +92,17 @@ future<int> run_server(net::transport t, net::socket_address addr) {
                servers.local().local_address().to_string(), shard_count());
     std::fflush(stdout);
     co_await stop_requested();
+    // Bounded whatever the clients do: connections that have not drained within the shutdown
+    // timeout are aborted, so the transport's own teardown below always starts.
+    co_await servers.invoke_on_all([](echo_server& s) { return s.stop(); });
     uint64_t conns = co_await servers.map_reduce([](echo_server& s) { return s.connections(); }, uint64_t(0),
                                                  std::plus<>());
+    uint64_t aborted =
+        co_await servers.map_reduce([](echo_server& s) { return s.aborted(); }, uint64_t(0), std::plus<>());
     co_await servers.stop();
     co_await t.stop();
     fmt::print("shoal-echo: served {} connections\n", conns);
+    fmt::print("shoal-echo: {} connections aborted at shutdown\n", aborted);
     if (t.name == "tcp") {
         for (unsigned s = 0; s < shard_count(); ++s) {
             auto st = co_await submit_to(s, [] { return net::tcp::shard_stats(); });
@@ -196,6 +203,9 @@ int main(int argc, char** argv) {
     a.add_option("targets",
                  "bench: several servers side by side, name=host:port[@pid],... (@pid: measure its CPU)");
     a.add_flag("json", "bench: print JSON instead of tables");
+    a.add_option("shutdown-timeout-ms",
+                 "server: on SIGTERM/SIGINT, how long open connections may drain before they are aborted",
+                 "2000");
     a.add_option("recv-buffers", "tcp: receive buffers in each shard's ring", "1024");
     a.add_option("recv-buffer-size", "tcp: size of each receive buffer", "32K");
     net::add_transport_options(a);
@@ -230,6 +240,7 @@ int main(int argc, char** argv) {
     smp_options smp = a.engine_options();
     // Every option is read here, so that a bad value is reported before any shard starts.
     net::socket_address server_addr;
+    std::chrono::milliseconds shutdown_timeout{0};
     bench_options bench;
     try {
         t = net::make_transport(a.get("transport"), a);
@@ -238,6 +249,11 @@ int main(int argc, char** argv) {
         }
         if (mode == "server") {
             server_addr = net::socket_address::from_host_port(host, port_of(a));
+            try {
+                shutdown_timeout = std::chrono::milliseconds(a.get_size("shutdown-timeout-ms"));
+            } catch (const std::exception& e) {
+                throw std::invalid_argument(std::string("--shutdown-timeout-ms: ") + e.what());
+            }
         } else {
             bench = bench_options_from(a, t.name, host);
         }
@@ -247,7 +263,8 @@ int main(int argc, char** argv) {
     }
     try {
         return run_shards(smp, [&]() -> future<int> {
-            return mode == "server" ? run_server(t, server_addr) : run_client(t, bench, a.has("json"));
+            return mode == "server" ? run_server(t, server_addr, shutdown_timeout)
+                                    : run_client(t, bench, a.has("json"));
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-echo: %s\n", e.what());

@@ -1,5 +1,7 @@
 #include "net/tcp/connection.hh"
 
+#include "net/tcp/send_buffers.hh"
+
 #include <cerrno>
 #include <stdexcept>
 #include <utility>
@@ -41,9 +43,11 @@ public:
     }
     ~tcp_data_sink() override { _c.release(); }
     future<> put(temporary_buffer buf) override { return _c.put(std::move(buf)); }
+    future<> put_many(std::span<temporary_buffer> bufs) override { return _c.put_many(bufs); }
     future<> flush() override { return _c.flush(); }
     future<> close() override { return _c.close_output(); }
-    size_t buffer_size_hint() const noexcept override { return 8192; }
+    size_t buffer_size_hint() const noexcept override { return send_buffer_size; }
+    temporary_buffer allocate_buffer(size_t size) override { return allocate_send_buffer(size); }
 
 private:
     connection& _c;
@@ -71,6 +75,7 @@ public:
     }
     void shutdown_input() override { _c.shutdown_input(); }
     void shutdown_output() override { _c.shutdown_output(); }
+    void abort() noexcept override { _c.abort(); }
     void set_nodelay(bool on) override { _c.set_nodelay(on); }
     bool get_nodelay() const override { return _c.get_nodelay(); }
     void set_keepalive(bool on) override { _c.set_keepalive(on); }
@@ -330,24 +335,52 @@ void connection::shutdown_input() {
 
 // --- sending
 
-future<> connection::put(temporary_buffer buf) {
+future<> connection::check_put() const {
     if (_send_error) {
         return make_exception_future<>(_send_error);
     }
     if (_output_closed) {
         return make_exception_future<>(make_error(EPIPE, "send (output closed)", _peer));
     }
-    if (buf.empty()) {
+    return make_ready_future<>();
+}
+
+future<> connection::queued(size_t bytes) {
+    if (bytes == 0) {
         return make_ready_future<>();
     }
-    _send_queued += buf.size();
-    _sendq.push_back(std::move(buf));
+    _send_queued += bytes;
     schedule_send();
     if (_send_queued <= _send_window) {
         return make_ready_future<>();
     }
     _put_waiter.emplace();
     return _put_waiter->get_future();
+}
+
+future<> connection::put(temporary_buffer buf) {
+    if (auto ok = check_put(); ok.failed()) {
+        return ok;
+    }
+    size_t bytes = buf.size();
+    if (bytes) {
+        _sendq.push_back(std::move(buf));
+    }
+    return queued(bytes);
+}
+
+future<> connection::put_many(std::span<temporary_buffer> bufs) {
+    if (auto ok = check_put(); ok.failed()) {
+        return ok;
+    }
+    size_t bytes = 0;
+    for (auto& b : bufs) {
+        if (!b.empty()) {
+            bytes += b.size();
+            _sendq.push_back(std::move(b));
+        }
+    }
+    return queued(bytes);
 }
 
 void connection::schedule_send() noexcept {
@@ -409,7 +442,11 @@ void connection::start_send() {
 
 void connection::on_send(int result, uint32_t) noexcept {
     _send_in_flight = false;
-    if (result <= 0) {
+    if (_send_error) {
+        // Aborted while this send was in flight: its buffers may go now.
+        _sendq.clear();
+        _send_queued = 0;
+    } else if (result <= 0) {
         int err = result < 0 ? -result : EPIPE;
         send_failed(std::make_exception_ptr(make_error(err, "send", _peer)));
     } else {
@@ -447,8 +484,11 @@ void connection::send_failed(std::exception_ptr ex) noexcept {
     if (!_send_error) {
         _send_error = std::move(ex);
     }
-    _sendq.clear();
-    _send_queued = 0;
+    if (!_send_in_flight) {
+        // The kernel reads none of them: drop the queue now (else on_send does).
+        _sendq.clear();
+        _send_queued = 0;
+    }
     if (_put_waiter) {
         _put_waiter->set_exception(_send_error);
         _put_waiter.reset();
@@ -508,6 +548,47 @@ void connection::shutdown_output() {
     } else {
         _shutdown_when_drained = true;
     }
+}
+
+// --- abort
+
+void connection::abort() noexcept {
+    if (std::exchange(_aborted, true)) {
+        return;
+    }
+    ++local_stats().aborts;
+    // A reset instead of a FIN when the fd is closed (once the kernel holds no request of
+    // ours), and unsent bytes are dropped rather than lingering for a peer that may never read.
+    linger lg{1, 0};
+    (void)::setsockopt(_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    auto error = std::make_exception_ptr(make_error(ECONNABORTED, "abort", _peer));
+    // Receiving: drop what is queued, fail the pending read and every later one.
+    _recvq.clear();
+    _unread = 0;
+    _input_ended = true; // a receive still armed delivers nothing more
+    recv_failed(error);
+    cancel_recv();
+    if (_waiting_buffers) {
+        _ring->cancel_wait(*this);
+        _waiting_buffers = false;
+        _ring = nullptr;
+    }
+    // Sending: fail the waiting put/close and later ones; a send the kernel holds is cancelled
+    // and its buffers are freed by its completion.
+    _output_closed = true;
+    _shutdown_when_drained = false;
+    send_failed(error);
+    if (_send_in_flight) {
+        try {
+            _canceller.cancel(&_send_c);
+        } catch (...) {
+            // No SQE: the shutdown below ends the blocked send as well.
+        }
+    }
+    // Wakes a send the kernel has parked on a full socket buffer (it fails with EPIPE).
+    _shut_wr = true;
+    ::shutdown(_fd, SHUT_RDWR);
+    maybe_destroy();
 }
 
 // --- options and addresses

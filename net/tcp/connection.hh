@@ -14,6 +14,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -56,12 +57,21 @@ public:
     // --- sending (see data_sink_impl)
     /// Queues `buf` for sending; waits while more than `config::send_window` bytes are queued.
     future<> put(temporary_buffer buf);
+    /// Queues every buffer of `bufs` (moved out), in order; they leave in one sendmsg when no
+    /// send is in flight. Waits as `put` does.
+    future<> put_many(std::span<temporary_buffer> bufs);
     /// Resolves at once (the queue is sent in the background) unless a send failed.
     future<> flush();
     /// Refuses further puts; resolves once the queue is sent and the write side is shut down.
     future<> close_output();
     /// Refuses further puts and shuts the write side down once the queue is sent, without waiting.
     void shutdown_output();
+
+    /// Breaks the connection now: SO_LINGER 0 (the close sends a reset and drops unsent bytes),
+    /// shutdown of both directions, the receive and an in-flight send are cancelled; the pending
+    /// read and later reads fail, the waiting write, flush or close and later ones fail, queued
+    /// output is dropped (buffers the kernel still reads stay alive until its completion).
+    void abort() noexcept;
 
     // --- options and addresses
     /// Sets TCP_NODELAY; throws std::system_error.
@@ -112,6 +122,8 @@ private:
     void run_send_task() noexcept;
     void start_send();
     void on_send(int result, uint32_t flags) noexcept;
+    future<> check_put() const;
+    future<> queued(size_t bytes);
     void send_failed(std::exception_ptr ex) noexcept;
     void output_drained() noexcept;
     void do_shutdown_output() noexcept;
@@ -150,6 +162,7 @@ private:
     bool _output_closed = false;         // close/shutdown_output: no more puts
     bool _shutdown_when_drained = false; // SHUT_WR once the queue is empty
     bool _shut_wr = false;
+    bool _aborted = false;
     std::exception_ptr _send_error;
     std::deque<temporary_buffer> _sendq;
     size_t _send_queued = 0; // bytes in _sendq (in flight included)

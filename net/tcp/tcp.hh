@@ -79,6 +79,7 @@ struct stats {
     uint64_t vectored_sends = 0;    ///< of which carried several buffers (sendmsg)
     uint64_t send_bytes = 0;        ///< bytes sent
     uint64_t short_sends = 0;       ///< sends the kernel completed only partly
+    uint64_t aborts = 0;            ///< connections broken by connected_socket::abort()
 };
 
 /// The calling shard's TCP counters.
