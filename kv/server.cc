@@ -33,7 +33,9 @@ server::server(server_config cfg, sharded<server>* peers, shared_counters* count
     , _store(cfg.store, std::make_unique<heap_page_source>(store::page_size_for(cfg.store)), unix_now())
     , _started(unix_now()) {
     _clock.set_callback([this] { _store.set_time(unix_now()); });
-    _clock.arm_periodic(std::chrono::seconds(1));
+    if (cfg.tick_clock) {
+        _clock.arm_periodic(std::chrono::seconds(1));
+    }
 }
 
 void server::start(const net::socket_address& addr) {
@@ -42,6 +44,19 @@ void server::start(const net::socket_address& addr) {
     _ss = net::tcp::listen(addr, opts);
     _gate.enter();
     (void)accept_loop().finally([this] { _gate.leave(); });
+}
+
+future<net::socket_address> listen_on_all_shards(sharded<server>& servers, net::socket_address addr) {
+    net::socket_address bound = co_await servers.invoke_on(0, [addr](server& s) {
+        s.start(addr);
+        return s.local_address();
+    });
+    co_await servers.invoke_on_all([bound](server& s) {
+        if (this_shard_id() != 0) {
+            s.start(bound);
+        }
+    });
+    co_return bound;
 }
 
 future<> server::accept_loop() {

@@ -35,6 +35,9 @@ struct server_config {
     /// Reply bytes a connection gathers before it hands them to the socket (back-pressure
     /// applies there: a client that does not read stops being read).
     size_t reply_flush_bytes = 64 * 1024;
+    /// Whether each shard's store follows the wall clock (a 1 s timer, as memcached's clock);
+    /// tests turn it off and set the time themselves.
+    bool tick_clock = true;
     /// The TCP port for `stats settings`.
     uint16_t port = 11211;
 };
@@ -86,5 +89,9 @@ private:
     timer<> _clock;
     uint32_t _started;
 };
+
+/// Starts `servers` listening on `addr` on every shard: shard 0 first, so that a port 0 becomes
+/// one port the other shards then share (SO_REUSEPORT). Resolves with the address.
+future<net::socket_address> listen_on_all_shards(sharded<server>& servers, net::socket_address addr);
 
 } // namespace shoal::kv

@@ -163,6 +163,18 @@ future<> run_connection(net::socket_address addr, const kv_bench_options& o, uns
     co_await c.out.close();
 }
 
+/// One shard's connections of a run. (A named coroutine, so its parameters live in its frame.)
+future<shard_part> run_shard(const kv_target& t, const kv_bench_options& o, unsigned s, unsigned shards,
+                             clock_type::time_point start, clock_type::time_point end) {
+    shard_part part;
+    std::vector<future<>> conns;
+    for (unsigned id = s; id < o.connections; id += shards) {
+        conns.push_back(run_connection(t.address, o, id, start, end, part));
+    }
+    co_await when_all_succeed(std::move(conns));
+    co_return part;
+}
+
 future<kv_result> run_once(const kv_target& t, const kv_bench_options& o) {
     unsigned shards = shard_count();
     auto start = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(o.warmup);
@@ -170,15 +182,8 @@ future<kv_result> run_once(const kv_target& t, const kv_bench_options& o) {
     double cpu0 = t.pid ? process_cpu_seconds(t.pid) : -1;
     std::vector<future<shard_part>> parts;
     for (unsigned s = 0; s < shards; ++s) {
-        parts.push_back(submit_to(s, [&t, &o, s, shards, start, end]() -> future<shard_part> {
-            auto part = std::make_unique<shard_part>();
-            std::vector<future<>> conns;
-            for (unsigned id = s; id < o.connections; id += shards) {
-                conns.push_back(run_connection(t.address, o, id, start, end, *part));
-            }
-            co_await when_all_succeed(std::move(conns));
-            co_return std::move(*part);
-        }));
+        parts.push_back(
+            submit_to(s, [&t, &o, s, shards, start, end] { return run_shard(t, o, s, shards, start, end); }));
     }
     auto done = co_await when_all_succeed(std::move(parts));
     double cpu1 = t.pid ? process_cpu_seconds(t.pid) : -1;

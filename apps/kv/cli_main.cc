@@ -38,7 +38,8 @@ int connect_to(const std::string& host, const std::string& port) {
     }
     int fd = ::socket(res->ai_family, SOCK_STREAM, 0);
     if (fd < 0 || ::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        std::fprintf(stderr, "shoal-kv-cli: connect %s:%s: %s\n", host.c_str(), port.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "shoal-kv-cli: connect %s:%s: %s\n", host.c_str(), port.c_str(),
+                     std::strerror(errno));
         ::freeaddrinfo(res);
         return -1;
     }
@@ -115,8 +116,8 @@ int main(int argc, char** argv) {
         req += "\r\n";
         multi = true;
     } else if (cmd == "set" && words.size() == 3) {
-        req = "set " + words[1] + " " + flags + " " + exptime + " " + std::to_string(words[2].size()) + "\r\n" +
-              words[2] + "\r\n";
+        req = "set " + words[1] + " " + flags + " " + exptime + " " + std::to_string(words[2].size()) +
+              "\r\n" + words[2] + "\r\n";
     } else if ((cmd == "del" || cmd == "delete") && words.size() == 2) {
         req = "delete " + words[1] + "\r\n";
     } else if (cmd == "stats" && words.size() <= 2) {

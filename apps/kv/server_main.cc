@@ -35,7 +35,7 @@ future<int> run(kv::server_config cfg, net::socket_address addr) {
     co_await servers.start(cfg, &servers, &counters);
     std::exception_ptr failed;
     try {
-        co_await servers.invoke_on_all([addr](kv::server& s) { s.start(addr); });
+        addr = co_await kv::listen_on_all_shards(servers, addr);
     } catch (...) {
         failed = std::current_exception();
     }
@@ -45,8 +45,7 @@ future<int> run(kv::server_config cfg, net::socket_address addr) {
         co_return 1;
     }
     fmt::print("shoal-kv: listening on {} (memcached text protocol, {} shards, {} MB, max item {} bytes)\n",
-               servers.local().local_address().to_string(), shard_count(), cfg.limit_maxbytes >> 20,
-               cfg.store.max_item_size);
+               addr.to_string(), shard_count(), cfg.limit_maxbytes >> 20, cfg.store.max_item_size);
     std::fflush(stdout);
     co_await stop_requested();
     fmt::print("shoal-kv: stopping\n");
