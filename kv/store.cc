@@ -636,6 +636,12 @@ void store::flush_all(int64_t delay) noexcept {
     _oldest_live = new_oldest - 1;
     if (_oldest_live <= _now) {
         _oldest_cas = next_cas();
+        // An immediate flush also frees the memory now, so that curr_items and bytes say so.
+        for (auto& c : _classes) {
+            while (c.lru_head) {
+                unlink(c.lru_head);
+            }
+        }
     }
 }
 
