@@ -166,6 +166,14 @@ item* store::get(std::string_view key, uint64_t h) noexcept {
 
 item* store::get_and_touch(std::string_view key, uint64_t h, int64_t exptime) noexcept {
     ++_stats.cmd_get;
+    return touch_item(key, h, exptime);
+}
+
+bool store::touch(std::string_view key, uint64_t h, int64_t exptime) noexcept {
+    return touch_item(key, h, exptime) != nullptr;
+}
+
+item* store::touch_item(std::string_view key, uint64_t h, int64_t exptime) noexcept {
     ++_stats.cmd_touch;
     item* it = peek(key, h);
     if (!it) {
@@ -176,19 +184,6 @@ item* store::get_and_touch(std::string_view key, uint64_t h, int64_t exptime) no
     it->exptime = expiry_of(exptime);
     bump(it);
     return it;
-}
-
-bool store::touch(std::string_view key, uint64_t h, int64_t exptime) noexcept {
-    ++_stats.cmd_touch;
-    item* it = peek(key, h);
-    if (!it) {
-        ++_stats.touch_misses;
-        return false;
-    }
-    ++_stats.touch_hits;
-    it->exptime = expiry_of(exptime);
-    bump(it);
-    return true;
 }
 
 void store::bump(item* it) noexcept {

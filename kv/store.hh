@@ -142,6 +142,7 @@ private:
     bool evict_from(unsigned cls) noexcept;
     void release(item* it) noexcept;
     item* live(std::string_view key, uint64_t h) noexcept;
+    item* touch_item(std::string_view key, uint64_t h, int64_t exptime) noexcept;
     item* find(std::string_view key, uint64_t h, item*** slot) const noexcept;
     void link(item* it, uint64_t h) noexcept;
     void replace(item* old_it, item* new_it, uint64_t h) noexcept;
