@@ -21,6 +21,22 @@ uint32_t unix_now() {
     return uint32_t(::time(nullptr));
 }
 
+/// A batch of replies handed to the socket as it is: the string's memory is sent, not copied.
+class reply_buffer final : public net::buffer_owner {
+public:
+    explicit reply_buffer(std::string bytes) noexcept
+        : _bytes(std::move(bytes)) {}
+    /// The bytes to send.
+    std::string& bytes() noexcept { return _bytes; }
+
+private:
+    void release() noexcept override { delete this; }
+    std::string _bytes;
+};
+
+/// Replies at least this large are handed over without a copy; smaller ones are gathered.
+constexpr size_t handover_bytes = 16 * 1024;
+
 /// Keys of a multi-get handled per round: bounds the replies a connection holds at once.
 constexpr size_t get_batch = 16;
 
@@ -96,8 +112,15 @@ future<> server::accept_loop() {
 
 future<> server::write_reply(net::output_stream& out, std::string& reply) {
     _conn.bytes_written += reply.size();
-    co_await out.write(std::string_view(reply));
-    reply.clear();
+    if (reply.size() < handover_bytes) {
+        co_await out.write(std::string_view(reply));
+        reply.clear();
+        co_return;
+    }
+    auto* owner = new reply_buffer(std::move(reply));
+    reply = std::string();
+    net::temporary_buffer b(owner->bytes().data(), owner->bytes().size(), owner);
+    co_await out.write(std::move(b));
 }
 
 bool server::try_local(const request& r, std::string& reply, bool& close) {
