@@ -11,6 +11,8 @@ packages=(
   qemu-system-x86 busybox-static iproute2 kmod cpio xz-utils perftest
   # a standard memcached client for the KV front-end's interoperability checks
   libmemcached-tools
+  # the reference server and a Python client for the KV conformance and client tests (tests/kv)
+  memcached python3-pymemcache
   # libFuzzer for the parsers' fuzz targets (scripts/run-fuzzers.sh)
   clang-14
 )

@@ -1,0 +1,304 @@
+#include "apps/kv/bench.hh"
+
+#include "apps/kv/reply_reader.hh"
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "core/smp.hh"
+#include "net/tcp/tcp.hh"
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+namespace shoal::kv_app {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// CPU seconds (user + system) process `pid` has used; -1 when unreadable.
+double process_cpu_seconds(int pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) {
+        return -1;
+    }
+    std::vector<std::string> fields;
+    size_t pos = close + 2;
+    while (pos < stat.size()) {
+        size_t sp = stat.find(' ', pos);
+        fields.push_back(stat.substr(pos, sp - pos));
+        if (sp == std::string::npos) {
+            break;
+        }
+        pos = sp + 1;
+    }
+    if (fields.size() < 13) {
+        return -1;
+    }
+    // Fields after the command: state(0) ... utime(11) stime(12), in clock ticks.
+    return double(std::stoull(fields[11]) + std::stoull(fields[12])) / double(::sysconf(_SC_CLK_TCK));
+}
+
+std::string key_of(unsigned k) {
+    return fmt::format("key:{:08}", k);
+}
+
+/// A connection's buffers and random state.
+struct client {
+    net::input_stream in;
+    net::output_stream out;
+    std::string rx;
+    size_t rx_pos = 0;
+    std::mt19937_64 rng;
+
+    /// Reads until one complete reply is buffered; returns it.
+    future<reply_info> reply(bool multi_line) {
+        for (;;) {
+            reply_info r = next_reply(std::string_view(rx).substr(rx_pos), multi_line);
+            if (r.bytes) {
+                rx_pos += r.bytes;
+                co_return r;
+            }
+            if (rx_pos > 0) {
+                rx.erase(0, rx_pos);
+                rx_pos = 0;
+            }
+            net::temporary_buffer b = co_await in.read();
+            if (b.empty()) {
+                throw std::runtime_error("server closed the connection");
+            }
+            rx.append(b.view());
+        }
+    }
+};
+
+/// One shard's part of a run.
+struct shard_part {
+    uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
+    echo::histogram get_ns;
+    echo::histogram set_ns;
+};
+
+void append_set(std::string& req, unsigned k, size_t len, const std::string& value) {
+    req += fmt::format("set {} 0 0 {}\r\n", key_of(k), len);
+    req.append(value, 0, len);
+    req += "\r\n";
+}
+
+future<> preload_range(net::socket_address addr, unsigned first, unsigned last, const kv_bench_options& o) {
+    auto s = co_await net::tcp::connect(addr);
+    client c{s.input(), s.output(), {}, 0, std::mt19937_64(first)};
+    std::string value(o.value_max, 'v');
+    std::string req;
+    for (unsigned k = first; k < last;) {
+        req.clear();
+        unsigned n = 0;
+        for (; n < 64 && k < last; ++n, ++k) {
+            size_t len =
+                o.value_min + (o.value_max > o.value_min ? c.rng() % (o.value_max - o.value_min + 1) : 0);
+            append_set(req, k, len, value);
+        }
+        co_await c.out.write(std::string_view(req));
+        co_await c.out.flush();
+        for (unsigned i = 0; i < n; ++i) {
+            co_await c.reply(false);
+        }
+    }
+    co_await c.out.close();
+}
+
+future<> run_connection(net::socket_address addr, const kv_bench_options& o, unsigned id,
+                        clock_type::time_point start, clock_type::time_point end, shard_part& part) {
+    auto s = co_await net::tcp::connect(addr);
+    client c{s.input(), s.output(), {}, 0, std::mt19937_64(0x5eed + id)};
+    std::string value(o.value_max, 'v');
+    std::string req;
+    std::vector<bool> is_get(o.pipeline);
+    std::uniform_real_distribution<double> coin(0, 1);
+    while (clock_type::now() < end) {
+        req.clear();
+        for (unsigned p = 0; p < o.pipeline; ++p) {
+            is_get[p] = coin(c.rng) < o.get_ratio;
+            if (is_get[p]) {
+                req += "get";
+                for (unsigned w = 0; w < o.multiget; ++w) {
+                    req += ' ';
+                    req += key_of(unsigned(c.rng() % o.keys));
+                }
+                req += "\r\n";
+            } else {
+                size_t len =
+                    o.value_min + (o.value_max > o.value_min ? c.rng() % (o.value_max - o.value_min + 1) : 0);
+                append_set(req, unsigned(c.rng() % o.keys), len, value);
+            }
+        }
+        auto t0 = clock_type::now();
+        co_await c.out.write(std::string_view(req));
+        co_await c.out.flush();
+        for (unsigned p = 0; p < o.pipeline; ++p) {
+            reply_info r = co_await c.reply(is_get[p]);
+            auto t1 = clock_type::now();
+            if (t0 < start || t1 > end) {
+                continue;
+            }
+            uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+            part.errors += r.error;
+            if (is_get[p]) {
+                ++part.gets;
+                part.hits += r.values;
+                part.keys_asked += o.multiget;
+                part.get_ns.record(ns);
+            } else {
+                ++part.sets;
+                part.set_ns.record(ns);
+            }
+        }
+    }
+    co_await c.out.close();
+}
+
+/// One shard's connections of a run. (A named coroutine, so its parameters live in its frame.)
+future<shard_part> run_shard(const kv_target& t, const kv_bench_options& o, unsigned s, unsigned shards,
+                             clock_type::time_point start, clock_type::time_point end) {
+    shard_part part;
+    std::vector<future<>> conns;
+    for (unsigned id = s; id < o.connections; id += shards) {
+        conns.push_back(run_connection(t.address, o, id, start, end, part));
+    }
+    co_await when_all_succeed(std::move(conns));
+    co_return part;
+}
+
+future<kv_result> run_once(const kv_target& t, const kv_bench_options& o) {
+    unsigned shards = shard_count();
+    auto start = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(o.warmup);
+    auto end = start + std::chrono::duration_cast<clock_type::duration>(o.duration);
+    double cpu0 = t.pid ? process_cpu_seconds(t.pid) : -1;
+    std::vector<future<shard_part>> parts;
+    for (unsigned s = 0; s < shards; ++s) {
+        parts.push_back(
+            submit_to(s, [&t, &o, s, shards, start, end] { return run_shard(t, o, s, shards, start, end); }));
+    }
+    auto done = co_await when_all_succeed(std::move(parts));
+    double cpu1 = t.pid ? process_cpu_seconds(t.pid) : -1;
+    kv_result r;
+    r.target = t.name;
+    r.seconds = o.duration.count();
+    for (auto& p : done) {
+        r.gets += p.gets;
+        r.sets += p.sets;
+        r.hits += p.hits;
+        r.keys_asked += p.keys_asked;
+        r.errors += p.errors;
+        r.get_ns.merge(p.get_ns);
+        r.set_ns.merge(p.set_ns);
+    }
+    if (cpu0 >= 0 && cpu1 >= 0) {
+        // The warm-up's CPU is in the difference: scale it to the measured part.
+        r.server_cpu_seconds = (cpu1 - cpu0) * o.duration.count() / (o.duration.count() + o.warmup.count());
+    }
+    co_return r;
+}
+
+} // namespace
+
+future<std::vector<kv_result>> run_kv_bench(kv_bench_options opts) {
+    if (opts.preload) {
+        for (const auto& t : opts.targets) {
+            std::vector<future<>> loads;
+            unsigned n = std::max(1u, std::min(8u, opts.keys / 1000 + 1));
+            for (unsigned i = 0; i < n; ++i) {
+                loads.push_back(preload_range(t.address, opts.keys * i / n, opts.keys * (i + 1) / n, opts));
+            }
+            co_await when_all_succeed(std::move(loads));
+        }
+    }
+    std::vector<std::vector<kv_result>> runs(opts.targets.size());
+    for (unsigned rep = 0; rep < std::max(1u, opts.repeat); ++rep) {
+        for (size_t i = 0; i < opts.targets.size(); ++i) {
+            runs[i].push_back(co_await run_once(opts.targets[i], opts));
+        }
+    }
+    std::vector<kv_result> out;
+    for (auto& r : runs) {
+        std::sort(r.begin(), r.end(),
+                  [](const kv_result& a, const kv_result& b) { return a.qps() < b.qps(); });
+        out.push_back(std::move(r[r.size() / 2]));
+    }
+    co_return out;
+}
+
+namespace {
+
+std::string us(uint64_t ns) {
+    return fmt::format("{:.1f}", double(ns) / 1000.0);
+}
+
+} // namespace
+
+std::string format_kv_table(const std::vector<kv_result>& results, const kv_bench_options& o) {
+    std::string s = fmt::format(
+        "keys {}, values {}{} B, {:.0f}% gets x{} keys, {} connections, pipeline {}, {:.1f} s\n\n", o.keys,
+        o.value_min, o.value_max != o.value_min ? fmt::format("-{}", o.value_max) : "", o.get_ratio * 100,
+        o.multiget, o.connections, o.pipeline, o.duration.count());
+    s += "| target | op | count | QPS | P50 µs | P90 µs | P99 µs | P99.9 µs | hit % | server CPU µs/op |\n";
+    s += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+    for (const auto& r : results) {
+        std::string cpu = r.cpu_us_per_op() >= 0 ? fmt::format("{:.2f}", r.cpu_us_per_op()) : "-";
+        auto row = [&](const char* op, uint64_t n, const echo::histogram& h, std::string hit) {
+            if (n == 0) {
+                return;
+            }
+            s += fmt::format("| {} | {} | {} | {:.0f} | {} | {} | {} | {} | {} | {} |\n", r.target, op, n,
+                             double(n) / r.seconds, us(h.percentile(50)), us(h.percentile(90)),
+                             us(h.percentile(99)), us(h.percentile(99.9)), hit, cpu);
+        };
+        row("get", r.gets, r.get_ns,
+            r.keys_asked ? fmt::format("{:.1f}", 100.0 * double(r.hits) / double(r.keys_asked)) : "-");
+        row("set", r.sets, r.set_ns, "-");
+        s += fmt::format("| {} | all | {} | {:.0f} | | | | | | {} |\n", r.target, r.gets + r.sets, r.qps(),
+                         cpu);
+        if (r.errors) {
+            s += fmt::format("\n{}: {} error replies\n", r.target, r.errors);
+        }
+    }
+    if (results.size() >= 2 && results[1].qps() > 0) {
+        s += fmt::format("\nQPS {} / {}: {:.2f}\n", results[0].target, results[1].target,
+                         results[0].qps() / results[1].qps());
+    }
+    return s;
+}
+
+std::string format_kv_json(const std::vector<kv_result>& results, const kv_bench_options& o) {
+    std::string s = "{\n";
+    s += fmt::format(
+        "  \"keys\": {}, \"value_min\": {}, \"value_max\": {}, \"get_ratio\": {}, \"multiget\": {}, "
+        "\"connections\": {}, \"pipeline\": {}, \"seconds\": {},\n  \"results\": [\n",
+        o.keys, o.value_min, o.value_max, o.get_ratio, o.multiget, o.connections, o.pipeline,
+        o.duration.count());
+    for (size_t i = 0; i < results.size(); ++i) {
+        const auto& r = results[i];
+        auto op = [&](const echo::histogram& h, uint64_t n) {
+            return fmt::format(
+                "{{\"count\": {}, \"qps\": {:.1f}, \"p50_us\": {}, \"p90_us\": {}, \"p99_us\": {}, "
+                "\"p999_us\": {}, \"max_us\": {}}}",
+                n, double(n) / r.seconds, us(h.percentile(50)), us(h.percentile(90)), us(h.percentile(99)),
+                us(h.percentile(99.9)), us(h.max()));
+        };
+        s += fmt::format(
+            "    {{\"target\": \"{}\", \"qps\": {:.1f}, \"hits\": {}, \"keys_asked\": {}, \"errors\": {}, "
+            "\"server_cpu_us_per_op\": {:.3f}, \"get\": {}, \"set\": {}}}{}\n",
+            r.target, r.qps(), r.hits, r.keys_asked, r.errors, r.cpu_us_per_op(), op(r.get_ns, r.gets),
+            op(r.set_ns, r.sets), i + 1 < results.size() ? "," : "");
+    }
+    s += "  ]\n}\n";
+    return s;
+}
+
+} // namespace shoal::kv_app

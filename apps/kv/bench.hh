@@ -1,0 +1,63 @@
+#pragma once
+
+#include "apps/echo/histogram.hh"
+#include "core/future.hh"
+#include "net/socket_address.hh"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace shoal::kv_app {
+
+/// A server `shoal-kv-bench` loads.
+struct kv_target {
+    std::string name;
+    net::socket_address address;
+    int pid = 0; ///< when not 0, the server's CPU time is read from /proc around the run
+};
+
+/// One load: the same for every target.
+struct kv_bench_options {
+    std::vector<kv_target> targets;
+    unsigned keys = 10000; ///< key space: key:00000000 ... (uniform)
+    size_t value_min = 32; ///< value sizes, uniform in [min, max] (fixed when equal)
+    size_t value_max = 32;
+    double get_ratio = 0.9;    ///< share of operations that are gets
+    unsigned multiget = 1;     ///< keys per get
+    unsigned connections = 16; ///< over all client shards
+    unsigned pipeline = 1;     ///< requests written before the replies are read
+    std::chrono::duration<double> duration{2.0};
+    std::chrono::duration<double> warmup{0.3};
+    bool preload = true; ///< set every key once before measuring
+    unsigned repeat = 1; ///< runs per target, interleaved (A B A B)
+};
+
+/// What one run against one target measured.
+struct kv_result {
+    std::string target;
+    double seconds = 0;
+    uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
+    double server_cpu_seconds = -1;
+    echo::histogram get_ns;
+    echo::histogram set_ns;
+
+    /// Operations per second (gets and sets).
+    double qps() const noexcept { return seconds > 0 ? double(gets + sets) / seconds : 0; }
+    /// Server CPU microseconds per operation (-1 when not measured).
+    double cpu_us_per_op() const noexcept {
+        return server_cpu_seconds < 0 || gets + sets == 0 ? -1
+                                                          : server_cpu_seconds * 1e6 / double(gets + sets);
+    }
+};
+
+/// Runs the load against every target (from shard 0; connections spread over all shards) and
+/// returns one result per target (the median-QPS run when repeated).
+future<std::vector<kv_result>> run_kv_bench(kv_bench_options opts);
+
+/// A table: per target and operation, count, QPS, P50/P90/P99/P99.9 (µs), hit ratio, CPU.
+std::string format_kv_table(const std::vector<kv_result>& results, const kv_bench_options& o);
+/// The same as JSON.
+std::string format_kv_json(const std::vector<kv_result>& results, const kv_bench_options& o);
+
+} // namespace shoal::kv_app

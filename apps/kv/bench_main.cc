@@ -1,0 +1,166 @@
+// shoal-kv-bench: a load generator speaking memcached's text protocol.
+//
+//   shoal-kv-bench [--host 127.0.0.1] [--port 11211] [--keys 10000] [--value-size 32 | 32-1024]
+//                  [--get-ratio 0.9] [--multiget 1] [--connections 16] [--pipeline 1]
+//                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
+//                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
+
+#include "apps/kv/bench.hh"
+#include "apps/kv/svg_chart.hh"
+#include "core/app.hh"
+#include "core/coroutine.hh"
+#include "core/log.hh"
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/core.h>
+
+using namespace shoal;
+using namespace shoal::kv_app;
+
+namespace {
+
+double number_of(const app& a, const std::string& name, double lo, double hi) {
+    const std::string text = a.get(name);
+    size_t used = 0;
+    double v = lo - 1;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != text.size() || v < lo || v > hi) {
+        throw std::invalid_argument(
+            fmt::format("--{} '{}': expected a number in [{}, {}]", name, text, lo, hi));
+    }
+    return v;
+}
+
+kv_bench_options options_from(const app& a) {
+    kv_bench_options o;
+    o.keys = unsigned(a.get_size("keys"));
+    std::string vs = a.get("value-size");
+    if (auto dash = vs.find('-'); dash != std::string::npos) {
+        o.value_min = size_t(parse_size(vs.substr(0, dash)));
+        o.value_max = size_t(parse_size(vs.substr(dash + 1)));
+    } else {
+        o.value_min = o.value_max = size_t(parse_size(vs));
+    }
+    if (o.keys == 0 || o.value_max < o.value_min || o.value_max > (1 << 20) - 512) {
+        throw std::invalid_argument("--keys must be > 0 and --value-size MIN-MAX within 0..1M-512");
+    }
+    o.get_ratio = number_of(a, "get-ratio", 0, 1);
+    o.multiget = unsigned(a.get_size("multiget"));
+    o.connections = unsigned(a.get_size("connections"));
+    o.pipeline = unsigned(a.get_size("pipeline"));
+    o.duration = std::chrono::duration<double>(number_of(a, "duration", 0.01, 3600));
+    o.warmup = std::chrono::duration<double>(number_of(a, "warmup", 0, 3600));
+    o.repeat = unsigned(a.get_size("repeat"));
+    o.preload = !a.has("no-preload");
+    if (o.multiget == 0 || o.connections == 0 || o.pipeline == 0) {
+        throw std::invalid_argument("--multiget, --connections and --pipeline must be at least 1");
+    }
+    if (a.has("targets")) {
+        std::string list = a.get("targets");
+        size_t pos = 0;
+        while (pos < list.size()) {
+            size_t comma = list.find(',', pos);
+            std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+            pos = comma == std::string::npos ? list.size() : comma + 1;
+            auto eq = item.find('=');
+            if (eq == std::string::npos) {
+                throw std::invalid_argument("--targets wants name=host:port[@pid], got '" + item + "'");
+            }
+            std::string where = item.substr(eq + 1);
+            int pid = 0;
+            if (auto at = where.find('@'); at != std::string::npos) {
+                pid = std::stoi(where.substr(at + 1));
+                where = where.substr(0, at);
+            }
+            o.targets.push_back({item.substr(0, eq), net::socket_address::parse(where), pid});
+        }
+    } else {
+        uint64_t port = a.get_size("port");
+        if (port == 0 || port > 65535) {
+            throw std::invalid_argument("--port: 1..65535");
+        }
+        o.targets.push_back({"server", net::socket_address::from_host_port(a.get("host"), uint16_t(port)),
+                             a.has("pid") ? std::stoi(a.get("pid")) : 0});
+    }
+    return o;
+}
+
+std::string chart_of(const std::vector<kv_result>& rs) {
+    std::vector<bar_group> qps, lat;
+    for (const auto& r : rs) {
+        qps.push_back({r.target, {r.qps() / 1000.0}});
+        lat.push_back({r.target,
+                       {double(r.get_ns.percentile(50)) / 1000, double(r.get_ns.percentile(99)) / 1000,
+                        double(r.set_ns.percentile(50)) / 1000, double(r.set_ns.percentile(99)) / 1000}});
+    }
+    std::string a = svg_bar_chart("throughput", "kQPS", {"all ops"}, qps);
+    std::string b = svg_bar_chart("latency", "µs", {"get P50", "get P99", "set P50", "set P99"}, lat);
+    // Two charts stacked in one document.
+    auto body = [](const std::string& svg) {
+        auto open = svg.find('>');
+        auto close = svg.rfind("</svg>");
+        return svg.substr(open + 1, close - open - 1);
+    };
+    return fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"640\">\n<g>{}</g>\n"
+                       "<g transform=\"translate(0 320)\">{}</g>\n</svg>\n",
+                       body(a), body(b));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    app a("shoal-kv-bench", "load generator for memcached-protocol servers (shoal-kv, memcached)");
+    a.add_option("host", "server address", "127.0.0.1");
+    a.add_option("port", "server port", "11211");
+    a.add_option("pid", "the server's process id: report its CPU per operation");
+    a.add_option("targets", "several servers, name=host:port[@pid],...; measured one after the other");
+    a.add_option("keys", "key space (uniformly chosen keys)", "10000");
+    a.add_option("value-size", "value bytes: N or MIN-MAX (uniform)", "32");
+    a.add_option("get-ratio", "share of gets (0..1)", "0.9");
+    a.add_option("multiget", "keys per get", "1");
+    a.add_option("connections", "connections (spread over the client's shards)", "16");
+    a.add_option("pipeline", "requests each connection writes before reading the replies", "1");
+    a.add_option("duration", "measured seconds", "2");
+    a.add_option("warmup", "unmeasured seconds first", "0.3");
+    a.add_option("repeat", "runs per target, interleaved; the median-QPS run is reported", "1");
+    a.add_option("svg", "also write a chart to this file");
+    a.add_flag("json", "print JSON instead of the table");
+    a.add_flag("no-preload", "do not set every key before measuring");
+    if (auto rc = a.parse(argc, argv)) {
+        return *rc;
+    }
+    kv_bench_options o;
+    try {
+        o = options_from(a);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-kv-bench: %s\n", e.what());
+        return 2;
+    }
+    try {
+        return run_shards(a.engine_options(), [&]() -> future<int> {
+            auto results = co_await run_kv_bench(o);
+            if (a.has("json")) {
+                fmt::print("{}", format_kv_json(results, o));
+            } else {
+                fmt::print("{}", format_kv_table(results, o));
+            }
+            if (a.has("svg")) {
+                std::ofstream(a.get("svg")) << chart_of(results);
+            }
+            uint64_t errors = 0;
+            for (const auto& r : results) {
+                errors += r.errors;
+            }
+            co_return errors ? 1 : 0;
+        });
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-kv-bench: %s\n", e.what());
+        return 1;
+    }
+}

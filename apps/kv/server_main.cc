@@ -1,0 +1,112 @@
+// shoal-kv: a memcached-compatible key-value server, one store and one listener per shard.
+//
+//   shoal-kv [-p 11211] [-l 0.0.0.0] [-m 64] [-c 1024] [-I 1m] [-U 0] [--smp N] [--cpuset ...]
+//
+// memcached's options mean what they mean to memcached: -m is megabytes for the whole server
+// (split evenly over the shards), -I the largest item, -c the connection limit. See docs/kv.md.
+
+#include "apps/kv/memcached_args.hh"
+#include "core/app.hh"
+#include "core/coroutine.hh"
+#include "core/log.hh"
+#include "core/sharded.hh"
+#include "kv/server.hh"
+#include "net/socket_address.hh"
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/core.h>
+
+using namespace shoal;
+
+namespace {
+
+/// A number of megabytes (memcached's -m) or a size with a suffix (64M, 1G).
+uint64_t megabytes_or_size(const std::string& text) {
+    bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    return digits ? parse_size(text) << 20 : parse_size(text);
+}
+
+future<int> run(kv::server_config cfg, net::socket_address addr) {
+    kv::shared_counters counters;
+    sharded<kv::server> servers;
+    co_await servers.start(cfg, &servers, &counters);
+    std::exception_ptr failed;
+    try {
+        addr = co_await kv::listen_on_all_shards(servers, addr);
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (failed) {
+        co_await servers.stop();
+        std::fprintf(stderr, "shoal-kv: %s\n", fmt::format("{}", failed).c_str());
+        co_return 1;
+    }
+    fmt::print("shoal-kv: listening on {} (memcached text protocol, {} shards, {} MB, max item {} bytes)\n",
+               addr.to_string(), shard_count(), cfg.limit_maxbytes >> 20, cfg.store.max_item_size);
+    std::fflush(stdout);
+    co_await stop_requested();
+    fmt::print("shoal-kv: stopping\n");
+    std::fflush(stdout);
+    co_await servers.stop();
+    fmt::print("shoal-kv: stopped\n");
+    co_return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    app a("shoal-kv", "memcached-compatible key-value server (text and meta protocol over TCP)");
+    a.add_option("port", "-p: TCP port", "11211");
+    a.add_option("listen", "-l: address to listen on", "0.0.0.0");
+    a.add_option("memory", "-m: memory for items, megabytes (or 512K, 2G...), split over the shards", "64");
+    a.add_option("max-connections", "-c: simultaneous connections", "1024");
+    a.add_option("max-item-size", "-I: largest item (1m, 512k, bytes)", "1m");
+    a.add_option("udp-port", "-U: only 0 (UDP off) is accepted", "0");
+    a.add_option("threads", "-t: accepted for memcached compatibility; use --smp", "");
+    a.add_option("drain-ms", "on SIGTERM, how long connections may drain before they are aborted", "2000");
+    auto args = kv_app::translate_memcached_args(argc, argv);
+    std::vector<char*> argp;
+    for (auto& s : args) {
+        argp.push_back(s.data());
+    }
+    if (auto rc = a.parse(int(argp.size()), argp.data())) {
+        return *rc;
+    }
+    kv::server_config cfg;
+    net::socket_address addr;
+    try {
+        if (a.get("udp-port") != "0") {
+            throw std::invalid_argument("-U/--udp-port: UDP is not supported, only 0 is accepted");
+        }
+        uint64_t port = a.get_size("port");
+        if (port > 65535) {
+            throw std::invalid_argument("--port " + a.get("port") + ": a port is 0..65535");
+        }
+        cfg.port = uint16_t(port);
+        cfg.limit_maxbytes = megabytes_or_size(a.get("memory"));
+        cfg.max_connections = unsigned(a.get_size("max-connections"));
+        cfg.store.max_item_size = size_t(a.get_size("max-item-size"));
+        if (cfg.store.max_item_size < 1024 || cfg.store.max_item_size > (1u << 30)) {
+            throw std::invalid_argument("-I/--max-item-size: between 1k and 1g");
+        }
+        cfg.limits.max_item_size = cfg.store.max_item_size;
+        cfg.drain_timeout = std::chrono::milliseconds(a.get_size("drain-ms"));
+        addr = net::socket_address::from_host_port(a.get("listen"), cfg.port);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-kv: %s\n", e.what());
+        return 2;
+    }
+    smp_options smp = a.engine_options();
+    try {
+        return run_shards(smp, [&]() -> future<int> {
+            cfg.store.memory_limit = size_t(cfg.limit_maxbytes / shard_count());
+            return run(cfg, addr);
+        });
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shoal-kv: %s\n", e.what());
+        return 1;
+    }
+}

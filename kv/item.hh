@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace shoal::kv {
+
+/// One stored key and value, in a chunk of a slab page: this header, then the key, then the
+/// value (no terminator). Everything an item needs lives in its chunk, so a page of the shard's
+/// (registrable) memory holds complete items. Owned by its shard's `store`.
+struct item {
+    item* prev;            ///< LRU neighbour towards the head (more recent); free list: unused
+    item* next;            ///< LRU neighbour towards the tail; free list: next free chunk
+    item* hash_next;       ///< next item of the same hash bucket
+    uint64_t cas;          ///< CAS unique of the current value
+    uint32_t exptime;      ///< Unix time at which it expires; 0: never
+    uint32_t time;         ///< Unix time of the last store or access
+    uint32_t client_flags; ///< the client's 32-bit flags
+    uint32_t value_len;    ///< value bytes
+    uint8_t key_len;       ///< key bytes (1..250)
+    uint8_t cls;           ///< slab class
+    uint8_t state;         ///< `linked`, `fetched`
+    uint8_t reserved;
+
+    static constexpr uint8_t linked = 1;  ///< in the hash table and an LRU
+    static constexpr uint8_t fetched = 2; ///< read at least once since stored
+
+    /// The key.
+    std::string_view key() const noexcept { return {reinterpret_cast<const char*>(this + 1), key_len}; }
+    /// The value.
+    std::string_view value() const noexcept {
+        return {reinterpret_cast<const char*>(this + 1) + key_len, value_len};
+    }
+    /// The value, writable (in-place incr/decr, filling a new item).
+    char* value_data() noexcept { return reinterpret_cast<char*>(this + 1) + key_len; }
+    /// Chunk bytes an item of this key and value needs.
+    static size_t chunk_bytes(size_t key_len, size_t value_len) noexcept {
+        return sizeof(item) + key_len + value_len;
+    }
+    /// The size memcached accounts for an item (its header with CAS, key + NUL, value + CRLF):
+    /// the `bytes` statistic and the max-item-size check use it, so both match memcached's.
+    static uint64_t memcached_size(size_t key_len, size_t value_len) noexcept {
+        return 48 + key_len + 1 + value_len + 2;
+    }
+};
+
+} // namespace shoal::kv

@@ -1,0 +1,408 @@
+#include "kv/server.hh"
+
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "core/log.hh"
+#include "kv/executor.hh"
+#include "kv/hash.hh"
+
+#include <algorithm>
+#include <ctime>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace shoal::kv {
+
+namespace {
+
+logger kv_log("kv");
+
+uint32_t unix_now() {
+    return uint32_t(::time(nullptr));
+}
+
+/// A batch of replies handed to the socket as it is: the string's memory is sent, not copied.
+class reply_buffer final : public net::buffer_owner {
+public:
+    explicit reply_buffer(std::string bytes) noexcept
+        : _bytes(std::move(bytes)) {}
+    /// The bytes to send.
+    std::string& bytes() noexcept { return _bytes; }
+
+private:
+    void release() noexcept override { delete this; }
+    std::string _bytes;
+};
+
+/// Replies at least this large are handed over without a copy; smaller ones are gathered.
+constexpr size_t handover_bytes = 16 * 1024;
+
+/// Keys of a multi-get handled per round: bounds the replies a connection holds at once.
+constexpr size_t get_batch = 16;
+
+} // namespace
+
+server::server(server_config cfg, sharded<server>* peers, shared_counters* counters)
+    : _cfg(cfg)
+    , _peers(peers)
+    , _shared(counters)
+    , _store(cfg.store, std::make_unique<heap_page_source>(store::page_size_for(cfg.store)), unix_now())
+    , _started(unix_now()) {
+    _clock.set_callback([this] { _store.set_time(unix_now()); });
+    if (cfg.tick_clock) {
+        _clock.arm_periodic(std::chrono::seconds(1));
+    }
+}
+
+void server::start(const net::socket_address& addr) {
+    net::listen_options opts;
+    opts.reuse_port = true;
+    _ss = net::tcp::listen(addr, opts);
+    _gate.enter();
+    (void)accept_loop().finally([this] { _gate.leave(); });
+}
+
+future<net::socket_address> listen_on_all_shards(sharded<server>& servers, net::socket_address addr) {
+    net::socket_address bound = co_await servers.invoke_on(0, [addr](server& s) {
+        s.start(addr);
+        return s.local_address();
+    });
+    co_await servers.invoke_on_all([bound](server& s) {
+        if (this_shard_id() != 0) {
+            s.start(bound);
+        }
+    });
+    co_return bound;
+}
+
+future<> server::accept_loop() {
+    for (;;) {
+        net::accept_result ar;
+        try {
+            ar = co_await _ss.accept();
+        } catch (...) {
+            if (!_gate.is_closed()) {
+                kv_log.warn("accept failed, no longer accepting: {}", std::current_exception());
+            }
+            co_return;
+        }
+        if (!_gate.try_enter()) {
+            co_return;
+        }
+        if (_shared->connections.fetch_add(1) >= _cfg.max_connections) {
+            _shared->connections.fetch_sub(1);
+            ++_conn.rejected_connections;
+            (void)[](net::connected_socket s)->future<> {
+                auto out = s.output();
+                try {
+                    co_await out.write("ERROR Too many open connections\r\n");
+                    co_await out.close();
+                } catch (...) {
+                }
+            }
+            (std::move(ar.connection)).finally([this] { _gate.leave(); });
+            continue;
+        }
+        (void)serve(std::move(ar.connection)).finally([this] {
+            _shared->connections.fetch_sub(1);
+            _gate.leave();
+        });
+    }
+}
+
+future<> server::write_reply(net::output_stream& out, std::string& reply) {
+    _conn.bytes_written += reply.size();
+    if (reply.size() < handover_bytes) {
+        co_await out.write(std::string_view(reply));
+        reply.clear();
+        co_return;
+    }
+    auto* owner = new reply_buffer(std::move(reply));
+    reply = std::string();
+    net::temporary_buffer b(owner->bytes().data(), owner->bytes().size(), owner);
+    co_await out.write(std::move(b));
+}
+
+bool server::try_local(const request& r, std::string& reply, bool& close) {
+    switch (r.cmd) {
+    case command::version:
+        reply += "VERSION ";
+        reply += protocol_version;
+        reply += "\r\n";
+        return true;
+    case command::verbosity:
+        if (!r.noreply) {
+            reply += "OK\r\n";
+        }
+        return true;
+    case command::mn:
+        reply += "MN\r\n";
+        return true;
+    case command::quit:
+        close = true;
+        return true;
+    case command::get:
+    case command::gets:
+    case command::gat:
+    case command::gats: {
+        if (r.keys.size() > get_batch) {
+            return false;
+        }
+        unsigned me = this_shard_id();
+        unsigned n = shard_count();
+        uint64_t hs[get_batch];
+        for (size_t i = 0; i < r.keys.size(); ++i) {
+            hs[i] = hash_key(r.keys[i]);
+            if (shard_of(hs[i], n) != me) {
+                return false;
+            }
+        }
+        for (size_t i = 0; i < r.keys.size(); ++i) {
+            execute_get_key(r, r.keys[i], hs[i], _store, reply);
+        }
+        reply += "END\r\n";
+        return true;
+    }
+    case command::flush_all:
+    case command::stats:
+        return false;
+    default: {
+        uint64_t h = hash_key(r.key);
+        if (shard_of(h, shard_count()) != this_shard_id()) {
+            return false;
+        }
+        execute_key_command(r, h, _store, reply);
+        return true;
+    }
+    }
+}
+
+future<> server::handle_remote(const request& r, std::string& reply, net::output_stream& out) {
+    switch (r.cmd) {
+    case command::get:
+    case command::gets:
+    case command::gat:
+    case command::gats:
+        co_await handle_get(r, reply, out);
+        co_return;
+    case command::flush_all:
+        co_await _peers->invoke_on_all([exptime = r.exptime](server& s) { s._store.flush_all(exptime); });
+        if (!r.noreply) {
+            reply += "OK\r\n";
+        }
+        co_return;
+    case command::stats:
+        co_await handle_stats(r, reply);
+        co_return;
+    default: {
+        uint64_t h = hash_key(r.key);
+        unsigned owner = shard_of(h, shard_count());
+        reply += co_await _peers->invoke_on(owner, [&r, h](server& s) {
+            std::string part;
+            execute_key_command(r, h, s._store, part);
+            return part;
+        });
+        co_return;
+    }
+    }
+}
+
+future<> server::handle_get(const request& r, std::string& reply, net::output_stream& out) {
+    unsigned me = this_shard_id();
+    unsigned n = shard_count();
+    std::vector<uint64_t> hs(get_batch);
+    std::vector<unsigned> owner(get_batch);
+    std::vector<std::string> parts(get_batch);
+    for (size_t first = 0; first < r.keys.size(); first += get_batch) {
+        size_t count = std::min(get_batch, r.keys.size() - first);
+        bool remote = false;
+        for (size_t i = 0; i < count; ++i) {
+            hs[i] = hash_key(r.keys[first + i]);
+            owner[i] = shard_of(hs[i], n);
+            remote |= owner[i] != me;
+            parts[i].clear();
+        }
+        if (!remote) {
+            for (size_t i = 0; i < count; ++i) {
+                execute_get_key(r, r.keys[first + i], hs[i], _store, reply);
+            }
+        } else {
+            // One batch per owning shard; the owners write their keys' replies in place.
+            std::vector<future<>> batches;
+            for (unsigned s = 0; s < n; ++s) {
+                if (s == me || std::find(owner.begin(), owner.begin() + count, s) == owner.begin() + count) {
+                    continue;
+                }
+                batches.push_back(_peers->invoke_on(s, [&, first, count, s](server& peer) {
+                    for (size_t i = 0; i < count; ++i) {
+                        if (owner[i] == s) {
+                            execute_get_key(r, r.keys[first + i], hs[i], peer._store, parts[i]);
+                        }
+                    }
+                }));
+            }
+            for (size_t i = 0; i < count; ++i) {
+                if (owner[i] == me) {
+                    execute_get_key(r, r.keys[first + i], hs[i], _store, parts[i]);
+                }
+            }
+            co_await when_all_succeed(std::move(batches));
+            for (size_t i = 0; i < count; ++i) {
+                reply += parts[i];
+            }
+        }
+        if (reply.size() >= _cfg.reply_flush_bytes) {
+            co_await write_reply(out, reply);
+        }
+    }
+    reply += "END\r\n";
+}
+
+future<> server::handle_stats(const request& r, std::string& reply) {
+    server_info info;
+    info.pid = uint32_t(::getpid());
+    info.now = _store.now();
+    info.uptime = info.now - _started;
+    info.threads = shard_count();
+    info.max_connections = _cfg.max_connections;
+    info.limit_maxbytes = _cfg.limit_maxbytes;
+    info.item_size_max = _cfg.store.max_item_size;
+    info.port = _cfg.port;
+    info.growth_factor = _cfg.store.growth_factor;
+    if (r.arg.empty()) {
+        store_stats s =
+            co_await _peers->map_reduce([](server& sv) { return sv._store.stats(); }, store_stats(),
+                                        [](store_stats a, const store_stats& b) { return a += b; });
+        connection_stats c =
+            co_await _peers->map_reduce([](server& sv) { return sv._conn; }, connection_stats(),
+                                        [](connection_stats a, const connection_stats& b) { return a += b; });
+        format_general_stats(s, c, info, reply);
+    } else if (r.arg == "settings") {
+        format_settings(info, reply);
+    } else if (r.arg == "slabs" || r.arg == "items") {
+        using classes = std::vector<std::vector<slab_class_info>>;
+        classes all =
+            co_await _peers->map_reduce([](server& sv) { return sv._store.slab_classes(); }, classes(),
+                                        [](classes a, std::vector<slab_class_info> b) {
+                                            a.push_back(std::move(b));
+                                            return a;
+                                        });
+        auto merged = merge_classes(all);
+        if (r.arg == "slabs") {
+            store_stats s =
+                co_await _peers->map_reduce([](server& sv) { return sv._store.stats(); }, store_stats(),
+                                            [](store_stats a, const store_stats& b) { return a += b; });
+            format_slabs(merged, s.total_malloced, reply);
+        } else {
+            format_items(merged, info.now, reply);
+        }
+    } else if (r.arg == "reset") {
+        co_await _peers->invoke_on_all([](server& sv) {
+            sv._store.reset_stats();
+            sv._conn.total_connections = sv._conn.curr_connections;
+            sv._conn.rejected_connections = sv._conn.bytes_read = sv._conn.bytes_written = 0;
+        });
+        reply += "RESET\r\n";
+    } else if (r.arg == "detail") {
+        reply += "CLIENT_ERROR usage: stats detail on|off|dump\r\n";
+    } else {
+        reply += "ERROR\r\n";
+    }
+}
+
+future<> server::serve(net::connected_socket s) {
+    auto self = _open.insert(_open.end(), s);
+    ++_conn.curr_connections;
+    ++_conn.total_connections;
+    auto in = s.input();
+    auto out = s.output();
+    std::string pending; // unparsed bytes kept across reads (a request split by the network)
+    std::string reply;   // replies of the current batch: one write, one send
+    request req;
+    uint64_t skip = 0; // bytes of a swallowed data block still to come
+    bool closing = false;
+    try {
+        while (!closing) {
+            net::temporary_buffer b = co_await in.read();
+            if (b.empty()) {
+                break;
+            }
+            _conn.bytes_read += b.size();
+            std::string_view data = b.view();
+            if (skip) {
+                size_t n = size_t(std::min<uint64_t>(skip, data.size()));
+                data.remove_prefix(n);
+                skip -= n;
+            }
+            if (!pending.empty()) {
+                pending.append(data);
+                data = pending;
+            }
+            size_t pos = 0;
+            while (pos < data.size() && !closing) {
+                parse_result pr = parse_request(data.substr(pos), req, _cfg.limits);
+                if (pr.kind == parse_result::incomplete) {
+                    break;
+                }
+                if (pr.kind == parse_result::close) {
+                    closing = true;
+                    break;
+                }
+                pos += pr.consumed;
+                if (pr.kind == parse_result::reply) {
+                    reply.append(pr.text);
+                } else if (!try_local(req, reply, closing)) {
+                    co_await handle_remote(req, reply, out);
+                }
+                if (pr.skip) {
+                    size_t n = size_t(std::min<uint64_t>(pr.skip, data.size() - pos));
+                    pos += n;
+                    skip = pr.skip - n;
+                }
+                if (reply.size() >= _cfg.reply_flush_bytes) {
+                    co_await write_reply(out, reply);
+                }
+            }
+            if (pos >= data.size()) {
+                pending.clear();
+            } else if (!pending.empty() && data.data() == pending.data()) {
+                pending.erase(0, pos);
+            } else {
+                pending.assign(data.substr(pos));
+            }
+            if (!reply.empty()) {
+                co_await write_reply(out, reply);
+                co_await out.flush();
+            }
+        }
+        co_await out.close();
+    } catch (...) {
+        kv_log.debug("connection from {} ended: {}", self->peer_address().to_string(),
+                     std::current_exception());
+    }
+    --_conn.curr_connections;
+    _open.erase(self);
+}
+
+future<> server::stop() {
+    _clock.cancel();
+    auto closed = _gate.close();
+    if (_ss) {
+        _ss.abort_accept();
+    }
+    for (auto& s : _open) {
+        s.shutdown_input();
+    }
+    // Connections drain (their replies go out) until the deadline; a client that does not read
+    // holds its connection in a blocked write, so what is left then is aborted.
+    auto deadline = steady_clock_type::now() + _cfg.drain_timeout;
+    while (!_open.empty() && steady_clock_type::now() < deadline) {
+        co_await sleep(std::chrono::milliseconds(10));
+    }
+    for (auto& s : _open) {
+        s.abort();
+    }
+    co_await std::move(closed);
+}
+
+} // namespace shoal::kv

@@ -1,0 +1,97 @@
+#pragma once
+
+#include "core/future.hh"
+#include "core/gate.hh"
+#include "core/sharded.hh"
+#include "core/timer.hh"
+#include "kv/protocol.hh"
+#include "kv/stats_format.hh"
+#include "kv/store.hh"
+#include "net/socket_address.hh"
+#include "net/stream.hh"
+#include "net/tcp/tcp.hh"
+
+#include <atomic>
+#include <chrono>
+#include <list>
+#include <memory>
+#include <string>
+
+namespace shoal::kv {
+
+/// What every shard's server is configured with (copied to each shard).
+struct server_config {
+    /// Each shard's store (its memory limit is already the shard's share of -m).
+    store_config store;
+    /// The parser's limits (max item size, line limits).
+    parser_limits limits;
+    /// -c: connections over all shards; a connection past it gets memcached's
+    /// "ERROR Too many open connections" and is closed.
+    unsigned max_connections = 1024;
+    /// The server's -m (for `stats`).
+    size_t limit_maxbytes = 64 << 20;
+    /// Stop: how long connections may drain before they are aborted.
+    std::chrono::milliseconds drain_timeout{2000};
+    /// Reply bytes a connection gathers before it hands them to the socket (back-pressure
+    /// applies there: a client that does not read stops being read).
+    size_t reply_flush_bytes = 64 * 1024;
+    /// Whether each shard's store follows the wall clock (a 1 s timer, as memcached's clock);
+    /// tests turn it off and set the time themselves.
+    bool tick_clock = true;
+    /// The TCP port for `stats settings`.
+    uint16_t port = 11211;
+};
+
+/// Counters shared by all shards (connection admission).
+struct shared_counters {
+    std::atomic<unsigned> connections{0};
+};
+
+/// One shard of `shoal-kv`: the shard's store and a memcached text-protocol server on the
+/// shared port (SO_REUSEPORT). A request for a key another shard owns is executed there with
+/// `submit_to`; a multi-get sends one batch per owning shard. Use as `sharded<server>`.
+class server {
+public:
+    /// `peers` is the sharded object this instance belongs to; `counters` outlives it.
+    server(server_config cfg, sharded<server>* peers, shared_counters* counters);
+
+    /// Listens on `addr` and starts accepting. Throws what listen throws.
+    void start(const net::socket_address& addr);
+    /// Stops accepting, ends every connection (input first; connections that do not drain
+    /// within the drain timeout are aborted) and resolves when all are gone.
+    future<> stop();
+
+    /// The address listened on.
+    net::socket_address local_address() const { return _ss.local_address(); }
+    /// This shard's store.
+    kv::store& store() noexcept { return _store; }
+    /// This shard's connection counters.
+    const connection_stats& conn_stats() const noexcept { return _conn; }
+    /// Serves one already-connected socket (tests and the accept loop use it).
+    future<> serve(net::connected_socket s);
+
+private:
+    future<> accept_loop();
+    bool try_local(const request& r, std::string& reply, bool& close);
+    future<> handle_remote(const request& r, std::string& reply, net::output_stream& out);
+    future<> handle_get(const request& r, std::string& reply, net::output_stream& out);
+    future<> handle_stats(const request& r, std::string& reply);
+    future<> write_reply(net::output_stream& out, std::string& reply);
+
+    server_config _cfg;
+    sharded<server>* _peers;
+    shared_counters* _shared;
+    kv::store _store;
+    net::server_socket _ss;
+    gate _gate;
+    std::list<net::connected_socket> _open;
+    connection_stats _conn;
+    timer<> _clock;
+    uint32_t _started;
+};
+
+/// Starts `servers` listening on `addr` on every shard: shard 0 first, so that a port 0 becomes
+/// one port the other shards then share (SO_REUSEPORT). Resolves with the address.
+future<net::socket_address> listen_on_all_shards(sharded<server>& servers, net::socket_address addr);
+
+} // namespace shoal::kv

@@ -1,0 +1,678 @@
+#include "kv/store.hh"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+namespace shoal::kv {
+
+namespace {
+
+/// memcached's REALTIME_MAXDELTA: exptimes above it are absolute Unix times.
+constexpr int64_t max_relative_exptime = 60 * 60 * 24 * 30;
+
+bool is_c_space(char c) noexcept {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/// memcached's safe_strtoull applied to an item's value (which memcached follows with CRLF):
+/// leading white space, an optional sign, at least one digit, no overflow, then white space or
+/// the end; a '-' is refused only when the result would be negative as a signed number.
+bool parse_stored_number(std::string_view v, uint64_t* out) noexcept {
+    size_t i = 0;
+    while (i < v.size() && is_c_space(v[i])) {
+        ++i;
+    }
+    bool negative = false;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) {
+        negative = v[i] == '-';
+        ++i;
+    }
+    size_t digits = 0;
+    uint64_t n = 0;
+    bool overflow = false;
+    for (; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i, ++digits) {
+        uint64_t d = uint64_t(v[i] - '0');
+        if (n > (UINT64_MAX - d) / 10) {
+            overflow = true;
+        }
+        n = n * 10 + d;
+    }
+    if (digits == 0 || overflow) {
+        return false;
+    }
+    if (i < v.size() && !is_c_space(v[i])) {
+        return false;
+    }
+    if (negative) {
+        n = uint64_t(0) - n;
+        if (int64_t(n) < 0) {
+            return false;
+        }
+    }
+    *out = n;
+    return true;
+}
+
+} // namespace
+
+size_t store::page_size_for(const store_config& cfg) noexcept {
+    // The header of an item is a few bytes larger than memcached's, so a page holds the largest
+    // item memcached's accounting allows with room to spare.
+    return std::max<size_t>(cfg.max_item_size, 1 << 20) + 64;
+}
+
+store::store(const store_config& cfg, std::unique_ptr<page_source> pages, uint32_t now)
+    : _cfg(cfg)
+    , _pages(std::move(pages))
+    , _page_size(_pages->page_size())
+    , _max_pages(std::max<size_t>(1, cfg.memory_limit / _pages->page_size()))
+    , _now(now)
+    , _started(now - 2) {
+    assert(_page_size >= page_size_for(cfg));
+    double size = double(std::max<size_t>(cfg.min_chunk, sizeof(item) + 8));
+    double factor = std::max(cfg.growth_factor, 1.01);
+    while (size <= double(_page_size / 2)) {
+        size_t chunk = (size_t(size) + 7) & ~size_t(7);
+        if (_classes.empty() || chunk > _classes.back().chunk_size) {
+            _classes.emplace_back().chunk_size = chunk;
+        }
+        size *= factor;
+    }
+    _classes.emplace_back().chunk_size = _page_size;
+    for (auto& c : _classes) {
+        c.per_page = _page_size / c.chunk_size;
+    }
+    _table.assign(1024, nullptr);
+    _mask = _table.size() - 1;
+    _stats.hash_bytes = _table.size() * sizeof(item*);
+}
+
+store::~store() {
+    for (auto& c : _classes) {
+        for (char* p : c.pages) {
+            _pages->free_page(p);
+        }
+    }
+}
+
+uint32_t store::expiry_of(int64_t exptime) const noexcept {
+    if (exptime == 0) {
+        return 0;
+    }
+    if (exptime < 0) {
+        return 1;
+    }
+    if (exptime > max_relative_exptime) {
+        if (exptime <= int64_t(_started)) {
+            return 1;
+        }
+        return uint32_t(std::min<int64_t>(exptime, UINT32_MAX));
+    }
+    return uint32_t(std::min<int64_t>(int64_t(_now) + exptime, UINT32_MAX));
+}
+
+bool store::is_dead(const item* it) const noexcept {
+    if (it->exptime != 0 && it->exptime <= _now) {
+        return true;
+    }
+    if (_oldest_live == 0 || _oldest_live > _now) {
+        return false;
+    }
+    return it->time <= _oldest_live || (_oldest_cas != 0 && it->cas < _oldest_cas);
+}
+
+item* store::find(std::string_view key, uint64_t h, item*** slot) const noexcept {
+    item** p = const_cast<item**>(&_table[h & _mask]);
+    for (item* it = *p; it; p = &it->hash_next, it = *p) {
+        if (it->key_len == key.size() && std::memcmp(it + 1, key.data(), key.size()) == 0) {
+            if (slot) {
+                *slot = p;
+            }
+            return it;
+        }
+    }
+    return nullptr;
+}
+
+item* store::peek(std::string_view key, uint64_t h) noexcept {
+    item* it = find(key, h, nullptr);
+    if (it && is_dead(it)) {
+        return nullptr;
+    }
+    return it;
+}
+
+item* store::get(std::string_view key, uint64_t h) noexcept {
+    ++_stats.cmd_get;
+    item* it = find(key, h, nullptr);
+    if (it && is_dead(it)) {
+        if (it->exptime != 0 && it->exptime <= _now) {
+            ++_stats.get_expired;
+        } else {
+            ++_stats.get_flushed;
+        }
+        unlink(it, h);
+        it = nullptr;
+    }
+    if (!it) {
+        ++_stats.get_misses;
+        return nullptr;
+    }
+    ++_stats.get_hits;
+    bump(it);
+    return it;
+}
+
+item* store::get_and_touch(std::string_view key, uint64_t h, int64_t exptime) noexcept {
+    ++_stats.cmd_get;
+    return touch_item(key, h, exptime);
+}
+
+bool store::touch(std::string_view key, uint64_t h, int64_t exptime) noexcept {
+    return touch_item(key, h, exptime) != nullptr;
+}
+
+item* store::touch_item(std::string_view key, uint64_t h, int64_t exptime) noexcept {
+    ++_stats.cmd_touch;
+    item* it = peek(key, h);
+    if (!it) {
+        ++_stats.touch_misses;
+        return nullptr;
+    }
+    ++_stats.touch_hits;
+    it->exptime = expiry_of(exptime);
+    bump(it);
+    return it;
+}
+
+void store::bump(item* it) noexcept {
+    it->state |= item::fetched;
+    it->time = _now;
+    if (_classes[it->cls].lru_head != it) {
+        lru_unlink(it);
+        lru_push(it);
+    }
+}
+
+void store::lru_unlink(item* it) noexcept {
+    slab_class& c = _classes[it->cls];
+    (it->prev ? it->prev->next : c.lru_head) = it->next;
+    (it->next ? it->next->prev : c.lru_tail) = it->prev;
+    it->prev = it->next = nullptr;
+}
+
+void store::lru_push(item* it) noexcept {
+    slab_class& c = _classes[it->cls];
+    it->prev = nullptr;
+    it->next = c.lru_head;
+    (c.lru_head ? c.lru_head->prev : c.lru_tail) = it;
+    c.lru_head = it;
+}
+
+void store::link(item* it, uint64_t h) noexcept {
+    item*& bucket = _table[h & _mask];
+    it->hash_next = bucket;
+    bucket = it;
+    it->state |= item::linked;
+    lru_push(it);
+    ++_stats.curr_items;
+    ++_stats.total_items;
+    _stats.bytes += item::memcached_size(it->key_len, it->value_len);
+    _classes[it->cls].mem_requested += item::memcached_size(it->key_len, it->value_len);
+    if (_stats.curr_items > _table.size() + _table.size() / 2) {
+        grow_table();
+    }
+}
+
+void store::grow_table() {
+    std::vector<item*> bigger;
+    try {
+        bigger.assign(_table.size() * 2, nullptr);
+    } catch (const std::bad_alloc&) {
+        return; // longer chains, still correct
+    }
+    uint64_t mask = bigger.size() - 1;
+    for (item* head : _table) {
+        while (head) {
+            item* next = head->hash_next;
+            item*& b = bigger[hash_key(head->key()) & mask];
+            head->hash_next = b;
+            b = head;
+            head = next;
+        }
+    }
+    _table.swap(bigger);
+    _mask = mask;
+    _stats.hash_bytes = _table.size() * sizeof(item*);
+}
+
+void store::unlink(item* it, uint64_t h) noexcept {
+    item** slot = nullptr;
+    [[maybe_unused]] item* found = find(it->key(), h, &slot);
+    assert(found == it);
+    *slot = it->hash_next;
+    lru_unlink(it);
+    it->state = 0;
+    --_stats.curr_items;
+    _stats.bytes -= item::memcached_size(it->key_len, it->value_len);
+    _classes[it->cls].mem_requested -= item::memcached_size(it->key_len, it->value_len);
+    release(it);
+}
+
+void store::release(item* it) noexcept {
+    slab_class& c = _classes[it->cls];
+    it->state = 0;
+    it->next = c.free;
+    c.free = it;
+    ++c.free_count;
+    --c.used;
+}
+
+unsigned store::class_of(size_t bytes) const noexcept {
+    auto pos = std::lower_bound(_classes.begin(), _classes.end(), bytes,
+                                [](const slab_class& c, size_t b) { return c.chunk_size < b; });
+    return unsigned(pos - _classes.begin());
+}
+
+item* store::take_chunk(slab_class& c) noexcept {
+    item* it = nullptr;
+    if (c.free) {
+        it = c.free;
+        c.free = it->next;
+        --c.free_count;
+    } else if (c.carve && c.carve + c.chunk_size <= c.carve_end) {
+        it = reinterpret_cast<item*>(c.carve);
+        c.carve += c.chunk_size;
+    }
+    if (it) {
+        ++c.used;
+    }
+    return it;
+}
+
+bool store::add_page(unsigned cls) noexcept {
+    if (_pages_used >= _max_pages) {
+        return false;
+    }
+    char* page = _pages->allocate_page();
+    if (!page) {
+        return false;
+    }
+    ++_pages_used;
+    _stats.total_malloced += _page_size;
+    slab_class& c = _classes[cls];
+    c.pages.push_back(page);
+    c.carve = page;
+    c.carve_end = page + c.per_page * c.chunk_size;
+    return true;
+}
+
+bool store::evict_from(unsigned cls) noexcept {
+    slab_class& c = _classes[cls];
+    // Dead items near the tail are reclaimed first, as memcached does; else the tail goes.
+    item* victim = nullptr;
+    int looked = 0;
+    for (item* it = c.lru_tail; it && looked < 5; it = it->prev, ++looked) {
+        if (it == _pinned) {
+            continue;
+        }
+        if (is_dead(it)) {
+            ++_stats.reclaimed;
+            if (!(it->state & item::fetched)) {
+                ++_stats.expired_unfetched;
+            }
+            unlink(it);
+            return true;
+        }
+        if (!victim) {
+            victim = it;
+        }
+    }
+    if (!victim) {
+        return false;
+    }
+    ++_stats.evictions;
+    ++c.evicted;
+    if (!(victim->state & item::fetched)) {
+        ++_stats.evicted_unfetched;
+    }
+    unlink(victim);
+    return true;
+}
+
+bool store::steal_page(unsigned cls) noexcept {
+    // The memory limit is reached and class `cls` has nothing to evict: move the page of the
+    // oldest item of the class with the most pages (memcached's slab rebalancer, done at once).
+    unsigned victim = unsigned(_classes.size());
+    size_t most = 0;
+    for (unsigned i = 0; i < _classes.size(); ++i) {
+        if (i != cls && _classes[i].pages.size() > most) {
+            most = _classes[i].pages.size();
+            victim = i;
+        }
+    }
+    if (victim == _classes.size()) {
+        return false;
+    }
+    slab_class& v = _classes[victim];
+    char* page = v.pages.front();
+    if (v.lru_tail) {
+        char* tail = reinterpret_cast<char*>(v.lru_tail);
+        for (char* p : v.pages) {
+            if (tail >= p && tail < p + _page_size) {
+                page = p;
+                break;
+            }
+        }
+    }
+    char* pinned = reinterpret_cast<char*>(_pinned);
+    if (pinned && pinned >= page && pinned < page + _page_size) {
+        return false;
+    }
+    char* end =
+        (v.carve >= page && v.carve <= page + _page_size) ? v.carve : page + v.per_page * v.chunk_size;
+    for (char* p = page; p + v.chunk_size <= end; p += v.chunk_size) {
+        item* it = reinterpret_cast<item*>(p);
+        if (it->state & item::linked) {
+            ++_stats.evictions;
+            ++v.evicted;
+            unlink(it);
+        }
+    }
+    // Every chunk of the page is now free (or was never carved): take them off the free list.
+    item** link_to = &v.free;
+    for (item* it = v.free; it; it = it->next) {
+        char* p = reinterpret_cast<char*>(it);
+        if (p >= page && p < page + _page_size) {
+            --v.free_count;
+            continue;
+        }
+        *link_to = it;
+        link_to = &it->next;
+    }
+    *link_to = nullptr;
+    if (v.carve >= page && v.carve <= page + _page_size) {
+        v.carve = v.carve_end = nullptr;
+    }
+    v.pages.erase(std::find(v.pages.begin(), v.pages.end(), page));
+    slab_class& c = _classes[cls];
+    c.pages.push_back(page);
+    c.carve = page;
+    c.carve_end = page + c.per_page * c.chunk_size;
+    ++_stats.slab_reassigns;
+    return true;
+}
+
+item* store::allocate(size_t key_len, size_t value_len) noexcept {
+    unsigned cls = class_of(item::chunk_bytes(key_len, value_len));
+    if (cls >= _classes.size()) {
+        return nullptr;
+    }
+    slab_class& c = _classes[cls];
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        if (item* it = take_chunk(c)) {
+            it->cls = uint8_t(cls);
+            return it;
+        }
+        if (add_page(cls) || evict_from(cls) || steal_page(cls)) {
+            continue;
+        }
+        break;
+    }
+    if (item* it = take_chunk(c)) {
+        it->cls = uint8_t(cls);
+        return it;
+    }
+    return nullptr;
+}
+
+item* store::new_item(std::string_view key, uint32_t client_flags, uint32_t exptime,
+                      size_t value_len) noexcept {
+    item* it = allocate(key.size(), value_len);
+    if (!it) {
+        return nullptr;
+    }
+    it->prev = it->next = it->hash_next = nullptr;
+    it->cas = 0;
+    it->exptime = exptime;
+    it->time = _now;
+    it->client_flags = client_flags;
+    it->value_len = uint32_t(value_len);
+    it->key_len = uint8_t(key.size());
+    it->state = 0;
+    it->reserved = 0;
+    std::memcpy(it + 1, key.data(), key.size());
+    return it;
+}
+
+void store::replace(item* old_it, item* new_it, uint64_t h) noexcept {
+    unlink(old_it, h);
+    link(new_it, h);
+}
+
+item* store::live(std::string_view key, uint64_t h) noexcept {
+    item* it = find(key, h, nullptr);
+    if (it && is_dead(it)) {
+        unlink(it, h);
+        return nullptr;
+    }
+    return it;
+}
+
+store_result store::put(store_mode mode, std::string_view key, uint64_t h, uint32_t client_flags,
+                        int64_t exptime, std::string_view value, uint64_t cas_in,
+                        uint64_t* cas_out) noexcept {
+    ++_stats.cmd_set;
+    item* old = live(key, h);
+    if (item::memcached_size(key.size(), value.size()) > _cfg.max_item_size) {
+        ++_stats.store_too_large;
+        if (old && mode == store_mode::set) {
+            unlink(old, h); // no stale value survives a failed set (memcached does the same)
+        }
+        return store_result::too_large;
+    }
+    switch (mode) {
+    case store_mode::add:
+        if (old) {
+            bump(old);
+            return store_result::not_stored;
+        }
+        break;
+    case store_mode::replace:
+    case store_mode::append:
+    case store_mode::prepend:
+        if (!old) {
+            return store_result::not_stored;
+        }
+        break;
+    case store_mode::cas:
+        if (!old) {
+            ++_stats.cas_misses;
+            return store_result::not_found;
+        }
+        if (old->cas != cas_in) {
+            ++_stats.cas_badval;
+            return store_result::exists;
+        }
+        ++_stats.cas_hits;
+        break;
+    case store_mode::set:
+        break;
+    }
+    if (cas_in && mode != store_mode::cas) {
+        if (!old) {
+            return store_result::not_found;
+        }
+        if (old->cas != cas_in) {
+            return store_result::exists;
+        }
+    }
+    bool concat = mode == store_mode::append || mode == store_mode::prepend;
+    size_t len = value.size() + (concat ? old->value_len : 0);
+    if (concat && item::memcached_size(key.size(), len) > _cfg.max_item_size) {
+        ++_stats.store_no_memory;
+        return store_result::no_memory;
+    }
+    uint32_t new_flags = concat ? old->client_flags : client_flags;
+    uint32_t new_exptime = concat ? old->exptime : expiry_of(exptime);
+    _pinned = old;
+    item* it = new_item(key, new_flags, new_exptime, len);
+    _pinned = nullptr;
+    if (!it) {
+        ++_stats.store_no_memory;
+        if (old && mode == store_mode::set) {
+            unlink(old, h);
+        }
+        return store_result::no_memory;
+    }
+    char* dst = it->value_data();
+    if (mode == store_mode::append) {
+        std::memcpy(dst, old->value().data(), old->value_len);
+        std::memcpy(dst + old->value_len, value.data(), value.size());
+    } else if (mode == store_mode::prepend) {
+        std::memcpy(dst, value.data(), value.size());
+        std::memcpy(dst + value.size(), old->value().data(), old->value_len);
+    } else if (!value.empty()) {
+        std::memcpy(dst, value.data(), value.size());
+    }
+    it->cas = next_cas();
+    if (old) {
+        replace(old, it, h);
+    } else {
+        link(it, h);
+    }
+    if (cas_out) {
+        *cas_out = it->cas;
+    }
+    return store_result::stored;
+}
+
+store_result store::reject_too_large(std::string_view key, uint64_t h, bool drop_old) noexcept {
+    ++_stats.cmd_set;
+    ++_stats.store_too_large;
+    if (item* old = live(key, h); old && drop_old) {
+        unlink(old, h);
+    }
+    return store_result::too_large;
+}
+
+store_result store::remove(std::string_view key, uint64_t h, uint64_t cas_in) noexcept {
+    item* it = live(key, h);
+    if (!it) {
+        ++_stats.delete_misses;
+        return store_result::not_found;
+    }
+    if (cas_in && it->cas != cas_in) {
+        return store_result::exists;
+    }
+    ++_stats.delete_hits;
+    unlink(it, h);
+    return store_result::stored;
+}
+
+delta_result store::add_delta(std::string_view key, uint64_t h, bool incr, uint64_t delta, uint64_t* result,
+                              uint64_t* cas_out) noexcept {
+    item* it = live(key, h);
+    if (!it) {
+        ++(incr ? _stats.incr_misses : _stats.decr_misses);
+        return delta_result::not_found;
+    }
+    uint64_t value = 0;
+    if (it->value_len == 0 || !parse_stored_number(it->value(), &value)) {
+        return delta_result::non_numeric;
+    }
+    if (incr) {
+        value += delta;
+        ++_stats.incr_hits;
+    } else {
+        value = delta > value ? 0 : value - delta;
+        ++_stats.decr_hits;
+    }
+    char digits[24];
+    size_t n = 0;
+    do {
+        digits[n++] = char('0' + value % 10);
+        value /= 10;
+    } while (value);
+    std::reverse(digits, digits + n);
+    *result = 0;
+    for (size_t i = 0; i < n; ++i) {
+        *result = *result * 10 + uint64_t(digits[i] - '0');
+    }
+    if (n <= it->value_len) {
+        // In place, padded with spaces: what memcached does when no one else holds the item.
+        std::memcpy(it->value_data(), digits, n);
+        std::memset(it->value_data() + n, ' ', it->value_len - n);
+        it->cas = next_cas();
+        bump(it);
+    } else {
+        _pinned = it;
+        item* fresh = new_item(key, it->client_flags, it->exptime, n);
+        _pinned = nullptr;
+        if (!fresh) {
+            ++_stats.store_no_memory;
+            return delta_result::no_memory;
+        }
+        std::memcpy(fresh->value_data(), digits, n);
+        fresh->cas = next_cas();
+        replace(it, fresh, h);
+        it = fresh;
+    }
+    if (cas_out) {
+        *cas_out = it->cas;
+    }
+    return delta_result::ok;
+}
+
+void store::flush_all(int64_t delay) noexcept {
+    ++_stats.cmd_flush;
+    uint32_t new_oldest = delay > 0 ? expiry_of(delay) : _now;
+    _oldest_live = new_oldest - 1;
+    if (_oldest_live <= _now) {
+        _oldest_cas = next_cas();
+        // An immediate flush also frees the memory now, so that curr_items and bytes say so.
+        for (auto& c : _classes) {
+            while (c.lru_head) {
+                unlink(c.lru_head);
+            }
+        }
+    }
+}
+
+void store::reset_stats() noexcept {
+    store_stats kept;
+    kept.bytes = _stats.bytes;
+    kept.curr_items = _stats.curr_items;
+    kept.total_malloced = _stats.total_malloced;
+    kept.hash_bytes = _stats.hash_bytes;
+    _stats = kept;
+    for (auto& c : _classes) {
+        c.evicted = 0;
+    }
+}
+
+std::vector<slab_class_info> store::slab_classes() const {
+    std::vector<slab_class_info> out;
+    for (unsigned i = 0; i < _classes.size(); ++i) {
+        const slab_class& c = _classes[i];
+        if (c.pages.empty()) {
+            continue;
+        }
+        size_t carved = 0;
+        for (char* p : c.pages) {
+            bool current = c.carve >= p && c.carve <= p + _page_size;
+            carved += current ? size_t(c.carve - p) / c.chunk_size : c.per_page;
+        }
+        size_t items = 0;
+        for (item* it = c.lru_head; it; it = it->next) {
+            ++items;
+        }
+        out.push_back({i + 1, c.chunk_size, c.per_page, c.pages.size(), c.used,
+                       c.free_count + (c.pages.size() * c.per_page - carved), items, c.evicted,
+                       c.mem_requested, c.lru_tail ? c.lru_tail->time : 0});
+    }
+    return out;
+}
+
+} // namespace shoal::kv

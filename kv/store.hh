@@ -1,0 +1,173 @@
+#pragma once
+
+#include "kv/hash.hh"
+#include "kv/item.hh"
+#include "kv/page_source.hh"
+#include "kv/stats.hh"
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace shoal::kv {
+
+/// How a shard's store is sized.
+struct store_config {
+    /// Bytes of value memory this store may use (its share of the server's -m).
+    size_t memory_limit = 64 << 20;
+    /// Largest item, memcached's -I: header + key + value as memcached counts them.
+    size_t max_item_size = 1 << 20;
+    /// Smallest chunk and the factor between consecutive slab classes (memcached's -n, -f).
+    size_t min_chunk = 96;
+    double growth_factor = 1.25;
+};
+
+/// What a storage command did.
+enum class store_result { stored, not_stored, exists, not_found, too_large, no_memory };
+
+/// How a storage command treats an existing item.
+enum class store_mode { set, add, replace, append, prepend, cas };
+
+/// What incr/decr did.
+enum class delta_result { ok, not_found, non_numeric, no_memory };
+
+/// Per slab class figures for `stats slabs` and `stats items`.
+struct slab_class_info {
+    unsigned id;
+    size_t chunk_size;
+    size_t chunks_per_page;
+    size_t pages;
+    size_t used_chunks;
+    size_t free_chunks;
+    size_t items;
+    uint64_t evicted;
+    uint64_t mem_requested;
+    uint32_t oldest_time; ///< last access time of the LRU tail (0 when empty)
+};
+
+/// One shard's key-value store: a chained hash table over items that live in slab chunks
+/// carved from pages of a `page_source`, one LRU per slab class, memcached's expiry, flush and
+/// CAS rules, and its statistics. Time is whole Unix seconds set by the owner (`set_time`), as
+/// memcached's clock is: the server ticks it every second, tests move it at will. Not
+/// thread-safe: a shard uses its own store only.
+class store {
+public:
+    /// A store allocating from `pages` (whose page size must hold the largest item).
+    store(const store_config& cfg, std::unique_ptr<page_source> pages, uint32_t now);
+    ~store();
+    store(const store&) = delete;
+    store& operator=(const store&) = delete;
+
+    /// The page size a `page_source` needs for `cfg`.
+    static size_t page_size_for(const store_config& cfg) noexcept;
+
+    /// Sets the current time (Unix seconds).
+    void set_time(uint32_t now) noexcept { _now = now; }
+    /// The current time (Unix seconds).
+    uint32_t now() const noexcept { return _now; }
+    /// Converts a client's exptime to an absolute time the way memcached does: 0 never,
+    /// negative already expired, up to 30 days relative to now, above that absolute Unix time
+    /// (already expired if not after the server's start).
+    uint32_t expiry_of(int64_t exptime) const noexcept;
+
+    /// The live item of `key` (hash `h`) or nullptr; counts a get hit or miss and marks the
+    /// item fetched and recently used.
+    item* get(std::string_view key, uint64_t h) noexcept;
+    /// The live item without counting or touching anything (meta flags, tests).
+    item* peek(std::string_view key, uint64_t h) noexcept;
+    /// `get` that also sets a new exptime (gat/gats): counts touch hits and misses.
+    item* get_and_touch(std::string_view key, uint64_t h, int64_t exptime) noexcept;
+    /// Sets a new exptime; false when not found.
+    bool touch(std::string_view key, uint64_t h, int64_t exptime) noexcept;
+
+    /// A storage command. `cas_in` is the client's unique for `cas` (and a meta compare when
+    /// not 0 in the other modes); `*cas_out` receives the new item's unique when stored.
+    store_result put(store_mode mode, std::string_view key, uint64_t h, uint32_t client_flags,
+                     int64_t exptime, std::string_view value, uint64_t cas_in = 0,
+                     uint64_t* cas_out = nullptr) noexcept;
+    /// Counts a storage command whose value was too large (its data block was skipped) and,
+    /// when `drop_old` (a set), unlinks the key's current value as memcached does.
+    store_result reject_too_large(std::string_view key, uint64_t h, bool drop_old) noexcept;
+    /// Deletes; `cas_in` (when not 0) must match. Returns stored (deleted), not_found or exists.
+    store_result remove(std::string_view key, uint64_t h, uint64_t cas_in = 0) noexcept;
+    /// incr (`incr` true) or decr by `delta` with memcached's rules: the value must be a decimal
+    /// number below 2^64, incr wraps at 2^64, decr stops at 0; a shorter result is padded with
+    /// spaces in place, a longer one gets a new item. The new number goes to `*result`.
+    delta_result add_delta(std::string_view key, uint64_t h, bool incr, uint64_t delta, uint64_t* result,
+                           uint64_t* cas_out = nullptr) noexcept;
+    /// Unlinks `it` (it must be live in this store).
+    void unlink(item* it) noexcept { unlink(it, hash_key(it->key())); }
+    /// Unlinks `it`, whose key hashes to `h`.
+    void unlink(item* it, uint64_t h) noexcept;
+    /// Invalidates every item stored before now (delay 0) or before `delay` (an exptime).
+    void flush_all(int64_t delay) noexcept;
+    /// True when the item is past its exptime or a flush.
+    bool is_dead(const item* it) const noexcept;
+
+    /// The counters.
+    const store_stats& stats() const noexcept { return _stats; }
+    /// The counters, for owners that count commands the store does not see.
+    store_stats& stats() noexcept { return _stats; }
+    /// Resets the resettable counters (`stats reset`).
+    void reset_stats() noexcept;
+    /// Every slab class in use.
+    std::vector<slab_class_info> slab_classes() const;
+    /// Bytes of memory this store may use.
+    size_t memory_limit() const noexcept { return _cfg.memory_limit; }
+    /// Largest item memcached's accounting allows.
+    size_t max_item_size() const noexcept { return _cfg.max_item_size; }
+
+private:
+    struct slab_class {
+        size_t chunk_size = 0;
+        size_t per_page = 0;
+        std::vector<char*> pages;
+        char* carve = nullptr; ///< next uncarved chunk of the newest page
+        char* carve_end = nullptr;
+        item* free = nullptr;
+        size_t free_count = 0;
+        size_t used = 0;
+        item* lru_head = nullptr;
+        item* lru_tail = nullptr;
+        uint64_t evicted = 0;
+        uint64_t mem_requested = 0;
+    };
+
+    unsigned class_of(size_t bytes) const noexcept;
+    item* allocate(size_t key_len, size_t value_len) noexcept;
+    item* take_chunk(slab_class& c) noexcept;
+    bool add_page(unsigned cls) noexcept;
+    bool steal_page(unsigned cls) noexcept;
+    bool evict_from(unsigned cls) noexcept;
+    void release(item* it) noexcept;
+    item* live(std::string_view key, uint64_t h) noexcept;
+    item* touch_item(std::string_view key, uint64_t h, int64_t exptime) noexcept;
+    item* find(std::string_view key, uint64_t h, item*** slot) const noexcept;
+    void link(item* it, uint64_t h) noexcept;
+    void replace(item* old_it, item* new_it, uint64_t h) noexcept;
+    void lru_unlink(item* it) noexcept;
+    void lru_push(item* it) noexcept;
+    void bump(item* it) noexcept;
+    void grow_table();
+    item* new_item(std::string_view key, uint32_t client_flags, uint32_t exptime, size_t value_len) noexcept;
+    uint64_t next_cas() noexcept { return ++_cas; }
+
+    store_config _cfg;
+    std::unique_ptr<page_source> _pages;
+    size_t _page_size;
+    size_t _max_pages;
+    size_t _pages_used = 0;
+    std::vector<slab_class> _classes;
+    std::vector<item*> _table;
+    uint64_t _mask = 0;
+    uint32_t _now;
+    uint32_t _started;
+    uint32_t _oldest_live = 0;
+    uint64_t _oldest_cas = 0;
+    uint64_t _cas = 0;
+    item* _pinned = nullptr; ///< the item an allocation must not evict (append, incr)
+    store_stats _stats;
+};
+
+} // namespace shoal::kv
