@@ -58,8 +58,7 @@ void server::start(const net::socket_address& addr) {
     net::listen_options opts;
     opts.reuse_port = true;
     _ss = net::tcp::listen(addr, opts);
-    _gate.enter();
-    (void)accept_loop().finally([this] { _gate.leave(); });
+    _conns.accept_from(_ss, [this](net::connected_socket s) { return admit(std::move(s)); });
 }
 
 future<net::socket_address> listen_on_all_shards(sharded<server>& servers, net::socket_address addr) {
@@ -75,39 +74,23 @@ future<net::socket_address> listen_on_all_shards(sharded<server>& servers, net::
     co_return bound;
 }
 
-future<> server::accept_loop() {
-    for (;;) {
-        net::accept_result ar;
+future<> server::admit(net::connected_socket s) {
+    if (_shared->connections.fetch_add(1) >= _cfg.max_connections) {
+        _shared->connections.fetch_sub(1);
+        ++_conn.rejected_connections;
+        auto out = s.output();
         try {
-            ar = co_await _ss.accept();
+            co_await out.write("ERROR Too many open connections\r\n");
+            co_await out.close();
         } catch (...) {
-            if (!_gate.is_closed()) {
-                kv_log.warn("accept failed, no longer accepting: {}", std::current_exception());
-            }
-            co_return;
         }
-        if (!_gate.try_enter()) {
-            co_return;
-        }
-        if (_shared->connections.fetch_add(1) >= _cfg.max_connections) {
-            _shared->connections.fetch_sub(1);
-            ++_conn.rejected_connections;
-            (void)[](net::connected_socket s)->future<> {
-                auto out = s.output();
-                try {
-                    co_await out.write("ERROR Too many open connections\r\n");
-                    co_await out.close();
-                } catch (...) {
-                }
-            }
-            (std::move(ar.connection)).finally([this] { _gate.leave(); });
-            continue;
-        }
-        (void)serve(std::move(ar.connection)).finally([this] {
-            _shared->connections.fetch_sub(1);
-            _gate.leave();
-        });
+        co_return;
     }
+    try {
+        co_await serve(std::move(s));
+    } catch (...) {
+    }
+    _shared->connections.fetch_sub(1);
 }
 
 future<> server::write_reply(net::output_stream& out, std::string& reply) {
@@ -311,7 +294,6 @@ future<> server::handle_stats(const request& r, std::string& reply) {
 }
 
 future<> server::serve(net::connected_socket s) {
-    auto self = _open.insert(_open.end(), s);
     ++_conn.curr_connections;
     ++_conn.total_connections;
     auto in = s.input();
@@ -377,32 +359,16 @@ future<> server::serve(net::connected_socket s) {
         }
         co_await out.close();
     } catch (...) {
-        kv_log.debug("connection from {} ended: {}", self->peer_address().to_string(),
-                     std::current_exception());
+        kv_log.debug("connection from {} ended: {}", s.peer_address().to_string(), std::current_exception());
     }
     --_conn.curr_connections;
-    _open.erase(self);
 }
 
 future<> server::stop() {
     _clock.cancel();
-    auto closed = _gate.close();
-    if (_ss) {
-        _ss.abort_accept();
-    }
-    for (auto& s : _open) {
-        s.shutdown_input();
-    }
     // Connections drain (their replies go out) until the deadline; a client that does not read
     // holds its connection in a blocked write, so what is left then is aborted.
-    auto deadline = steady_clock_type::now() + _cfg.drain_timeout;
-    while (!_open.empty() && steady_clock_type::now() < deadline) {
-        co_await sleep(std::chrono::milliseconds(10));
-    }
-    for (auto& s : _open) {
-        s.abort();
-    }
-    co_await std::move(closed);
+    co_await _conns.stop(_cfg.drain_timeout);
 }
 
 } // namespace shoal::kv

@@ -1,12 +1,12 @@
 #pragma once
 
 #include "core/future.hh"
-#include "core/gate.hh"
 #include "core/sharded.hh"
 #include "core/timer.hh"
 #include "kv/protocol.hh"
 #include "kv/stats_format.hh"
 #include "kv/store.hh"
+#include "net/server_connections.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
 #include "net/tcp/tcp.hh"
@@ -67,11 +67,12 @@ public:
     kv::store& store() noexcept { return _store; }
     /// This shard's connection counters.
     const connection_stats& conn_stats() const noexcept { return _conn; }
-    /// Serves one already-connected socket (tests and the accept loop use it).
-    future<> serve(net::connected_socket s);
 
 private:
-    future<> accept_loop();
+    /// Admits an accepted connection under -c (or answers memcached's refusal) and serves it.
+    future<> admit(net::connected_socket s);
+    /// Serves one connection until it ends.
+    future<> serve(net::connected_socket s);
     bool try_local(const request& r, std::string& reply, bool& close);
     future<> handle_remote(const request& r, std::string& reply, net::output_stream& out);
     future<> handle_get(const request& r, std::string& reply, net::output_stream& out);
@@ -83,8 +84,7 @@ private:
     shared_counters* _shared;
     kv::store _store;
     net::server_socket _ss;
-    gate _gate;
-    std::list<net::connected_socket> _open;
+    net::server_connections _conns;
     connection_stats _conn;
     timer<> _clock;
     uint32_t _started;

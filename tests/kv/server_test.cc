@@ -340,19 +340,7 @@ TEST(kv_server, a_client_that_does_not_read_is_throttled) {
               0);
 }
 
-#if SHOAL_TCP_ABORT_BREAKS_WRITES
-constexpr bool tcp_abort_breaks_writes = true;
-#else
-constexpr bool tcp_abort_breaks_writes = false;
-#endif
-
 TEST(kv_server, stop_aborts_a_client_that_does_not_read) {
-    if (!tcp_abort_breaks_writes) {
-        GTEST_SKIP()
-            << "this build's net/tcp abort() is the graceful default (shutdown after the queue drains), "
-               "so a write blocked on a client that never reads cannot be broken; the TCP abort() of "
-               "the net branch makes this test run";
-    }
     EXPECT_EQ(run(1,
                   []() -> future<> {
                       test_server ts;
