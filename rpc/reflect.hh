@@ -96,7 +96,7 @@ namespace detail {
 /// Converts to anything: counts the initialisers an aggregate accepts.
 struct any_field {
     template <typename T>
-    constexpr operator T&() const noexcept;
+    operator T&() const noexcept;
 };
 
 template <typename T, size_t... I>
