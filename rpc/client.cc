@@ -38,6 +38,7 @@ public:
     std::exception_ptr down; // why the connection is unusable (null while connected)
     bool attached = false;
     std::optional<promise<>> reader_done;
+    std::optional<promise<>> idle; // close()'s wait for the pending calls
     bool reading = false;
 
     void attach(net::connected_socket s) {
@@ -77,6 +78,18 @@ public:
         free_slots.push_back(index);
         --pending;
         slots_free.signal(1);
+        if (pending == 0 && idle) {
+            std::exchange(idle, std::nullopt)->set_value();
+        }
+    }
+
+    /// Resolves when no call waits for its reply.
+    future<> wait_idle() {
+        if (pending == 0) {
+            return make_ready_future<>();
+        }
+        idle.emplace(); // an earlier waiter (a close that timed out) is dropped
+        return idle->get_future();
     }
 
     void expire(uint32_t index) noexcept {
@@ -285,10 +298,8 @@ future<> client::close() {
     if (!st->down) {
         // Let the replies of calls already sent arrive (bounded), then end the stream.
         auto deadline = steady_clock_type::now() + st->options.close_timeout;
-        while (st->pending > 0 && !st->down && steady_clock_type::now() < deadline) {
-            co_await sleep(std::chrono::milliseconds(1));
-        }
         try {
+            co_await with_timeout(deadline, st->wait_idle());
             co_await with_timeout(deadline, st->writer->close());
             co_await with_timeout(deadline, st->wait_reader());
         } catch (...) {
