@@ -4,12 +4,10 @@
 
 namespace shoal::rpc {
 
-future<std::optional<frame>> read_frame(net::input_stream& in, size_t max_frame) {
-    net::temporary_buffer first = co_await in.read();
-    if (first.empty()) {
-        co_return std::nullopt;
-    }
-    in.unread(std::move(first));
+namespace {
+
+/// The general case: the frame spans received buffers (read_exactly gathers them).
+future<std::optional<frame>> read_frame_slow(net::input_stream& in, size_t max_frame) {
     net::temporary_buffer head = co_await in.read_exactly(frame_header::size);
     frame f;
     f.header = frame_header::decode(head.get(), max_frame);
@@ -21,6 +19,34 @@ future<std::optional<frame>> read_frame(net::input_stream& in, size_t max_frame)
         f.payload = std::move(all);
     }
     co_return std::move(f);
+}
+
+} // namespace
+
+future<std::optional<frame>> read_frame(net::input_stream& in, size_t max_frame) {
+    return in.read().then([&in, max_frame](net::temporary_buffer b) -> future<std::optional<frame>> {
+        if (b.empty()) {
+            return make_ready_future<std::optional<frame>>(std::nullopt);
+        }
+        // Fast path: the whole frame is in this buffer (small calls, and pipelined ones that
+        // arrived together): slice it out, no copy and no coroutine.
+        if (b.size() >= frame_header::size) {
+            frame f;
+            f.header = frame_header::decode(b.get(), max_frame);
+            size_t total = frame_header::size + f.header.body_size();
+            if (b.size() >= total) {
+                f.payload = b.share(frame_header::size, f.header.payload_size);
+                f.attachments = b.share(frame_header::size + f.header.payload_size, f.header.attachment_size);
+                if (b.size() > total) {
+                    b.trim_front(total);
+                    in.unread(std::move(b));
+                }
+                return make_ready_future<std::optional<frame>>(std::move(f));
+            }
+        }
+        in.unread(std::move(b));
+        return read_frame_slow(in, max_frame);
+    });
 }
 
 void frame_writer::send(outgoing_frame f) {
