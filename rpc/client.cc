@@ -69,6 +69,20 @@ public:
         return (uint64_t(s.generation) << 32) | index;
     }
 
+    /// Sends `f` as a call in a new slot (the caller holds a unit of `slots_free`); resolves
+    /// with the reply.
+    future<frame> start_call(outgoing_frame f, steady_clock_type::time_point deadline) {
+        uint64_t id = take_slot();
+        auto& s = slots[uint32_t(id)];
+        if (deadline != steady_clock_type::time_point::max()) {
+            s.expiry.arm(deadline);
+        }
+        auto reply = s.reply.get_future();
+        f.header.request_id = id;
+        writer->send(std::move(f));
+        return reply;
+    }
+
     /// Frees slot `index` (its promise already resolved).
     void release_slot(uint32_t index) noexcept {
         auto& s = slots[index];
@@ -240,39 +254,46 @@ void client::check_reply(const frame& reply) {
     }
 }
 
-future<frame> client::roundtrip(outgoing_frame f, steady_clock_type::time_point deadline) {
-    auto st = _state;
-    if (!st->attached) {
-        throw connection_error("rpc::client is not connected");
-    }
-    if (f.header.body_size() > st->options.max_frame_size) {
-        throw protocol_error("call of " + std::to_string(f.header.body_size()) +
-                             " bytes over the frame size limit");
-    }
-    if (!st->slots_free.try_wait(1)) {
-        if (deadline == steady_clock_type::time_point::max()) {
-            co_await st->slots_free.wait(1);
-        } else {
-            try {
-                co_await st->slots_free.wait(deadline, 1);
-            } catch (const semaphore_timed_out&) {
-                throw timeout_error("rpc call timed out waiting for a free slot");
-            }
+namespace {
+
+/// A call that must wait for a free slot first.
+future<frame> roundtrip_after_slot(std::shared_ptr<detail::client_state> st, outgoing_frame f,
+                                   steady_clock_type::time_point deadline) {
+    if (deadline == steady_clock_type::time_point::max()) {
+        co_await st->slots_free.wait(1);
+    } else {
+        try {
+            co_await st->slots_free.wait(deadline, 1);
+        } catch (const semaphore_timed_out&) {
+            throw timeout_error("rpc call timed out waiting for a free slot");
         }
     }
     if (st->down) {
         st->slots_free.signal(1);
         std::rethrow_exception(st->down);
     }
-    uint64_t id = st->take_slot();
-    auto& s = st->slots[uint32_t(id)];
-    if (deadline != steady_clock_type::time_point::max()) {
-        s.expiry.arm(deadline);
+    co_return co_await st->start_call(std::move(f), deadline);
+}
+
+} // namespace
+
+future<frame> client::roundtrip(outgoing_frame f, steady_clock_type::time_point deadline) {
+    auto& st = *_state;
+    if (!st.attached) {
+        return make_exception_future<frame>(connection_error("rpc::client is not connected"));
     }
-    auto reply = s.reply.get_future();
-    f.header.request_id = id;
-    st->writer->send(std::move(f));
-    co_return co_await std::move(reply);
+    if (f.header.body_size() > st.options.max_frame_size) {
+        return make_exception_future<frame>(protocol_error("call of " + std::to_string(f.header.body_size()) +
+                                                           " bytes over the frame size limit"));
+    }
+    if (st.down) {
+        return make_exception_future<frame>(st.down);
+    }
+    // The common case, a free slot, allocates no coroutine.
+    if (st.slots_free.try_wait(1)) {
+        return st.start_call(std::move(f), deadline);
+    }
+    return roundtrip_after_slot(_state, std::move(f), deadline);
 }
 
 future<> client::send_one_way(outgoing_frame f) {
