@@ -1,0 +1,66 @@
+#!/bin/sh
+# compare_rdma.sh BUILD_DIR - the RPC measurements of docs/performance.md, in ONE Soft-RoCE guest
+# boot so that they are comparable:
+#   tests/softroce/run-in-guest.sh --timeout 900 -- apps/rpc/compare_rdma.sh build/release
+# 1. raw stream: shoal-echo over RDMA, 128 B at concurrency 1 and 16 (and 1 MB once);
+# 2. RPC over RDMA: shoal-rpc-bench, same cells, then 1 MB and 8 MB (twice as long);
+# 3. RPC over TCP in the same guest, same cells;
+# 4. perftest ib_send_bw / ib_write_bw at 1 MiB and 8 MiB.
+# Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RDMA
+# section of docs/performance.md). SECONDS_PER_CELL (default 2) sets the duration of a cell.
+set -u
+build=${1:?usage: compare_rdma.sh BUILD_DIR}
+dev=${SHOAL_RDMA_DEVICE:-rxe0}
+ip=${SHOAL_RDMA_IP:-10.10.0.1}
+gid=${SHOAL_RDMA_GID_INDEX:-1}
+secs=${SECONDS_PER_CELL:-2}
+echo_bin=$build/apps/echo/shoal-echo
+rpc_bin=$build/apps/rpc/shoal-rpc-bench
+srv="--smp 1 --cpuset 1 --poll-mode"
+cli="--smp 1 --cpuset 0 --poll-mode"
+
+serve() { # serve BIN ARGS... : starts a server in the background, sets $server
+    "$@" > /dev/null 2>&1 &
+    server=$!
+    sleep 2
+}
+unserve() {
+    kill -INT "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+}
+
+# The 128 B cells alternate raw stream and RPC twice, so that a burst of load on the host hits
+# one run of each rather than one side of the comparison.
+for round in 1 2; do
+    echo "== round $round, raw stream: shoal-echo over RDMA"
+    serve "$echo_bin" server --transport rdma --host "$ip" --port 7100 $srv
+    "$echo_bin" bench --transport rdma --host "$ip" --port 7100 --sizes 128 --concurrency 1,16 --duration "$secs" $cli
+    [ "$round" = 1 ] && "$echo_bin" bench --transport rdma --host "$ip" --port 7100 --sizes 1M --concurrency 1 \
+        --duration "$secs" $cli
+    unserve
+    echo "== round $round, RPC over RDMA: shoal-rpc-bench"
+    serve "$rpc_bin" server --transport rdma --host "$ip" --port 9100 $srv
+    "$rpc_bin" bench --transport rdma --host "$ip" --port 9100 --sizes 128 --concurrency 1,16 --duration "$secs" $cli
+    [ "$round" = 1 ] && "$rpc_bin" bench --transport rdma --host "$ip" --port 9100 --sizes 1M,8M --concurrency 1,4 \
+        --duration "$((secs * 2))" $cli --connections-per-shard 1
+    unserve
+done
+
+echo "== RPC over TCP in the same guest"
+serve "$rpc_bin" server --transport tcp --host "$ip" --port 9200 $srv
+"$rpc_bin" bench --transport tcp --host "$ip" --port 9200 --sizes 128 --concurrency 1,16 --duration "$secs" $cli
+"$rpc_bin" bench --transport tcp --host "$ip" --port 9200 --sizes 1M,8M --concurrency 1,4 --duration "$secs" $cli \
+    --connections-per-shard 1
+unserve
+
+echo "== perftest (#bytes #iter BW_peak BW_avg[MB/sec] MsgRate)"
+for tool in ib_send_bw ib_write_bw; do
+    for size in 1048576 8388608; do
+        "$tool" -d "$dev" -x "$gid" -s "$size" -n 100 > /dev/null 2>&1 &
+        server=$!
+        sleep 1
+        printf '%s %s: ' "$tool" "$size"
+        timeout 120 "$tool" -d "$dev" -x "$gid" -s "$size" -n 100 "$ip" 2>&1 | awk '/^ *#bytes/{getline; print}'
+        wait "$server"
+    done
+done

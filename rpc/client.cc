@@ -1,0 +1,345 @@
+#include "rpc/client.hh"
+
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "core/log.hh"
+
+namespace shoal::rpc {
+
+namespace {
+logger client_log("rpc-client");
+} // namespace
+
+namespace detail {
+
+class client_state : public std::enable_shared_from_this<client_state> {
+public:
+    explicit client_state(client_options o)
+        : options(o)
+        , slots_free(o.max_in_flight) {}
+
+    /// One call waiting for its reply. Slots are reused; the generation in the request id
+    /// tells a late reply (after a timeout) from the current call.
+    struct slot {
+        promise<frame> reply;
+        timer<> expiry;
+        uint32_t generation = 0;
+        bool busy = false;
+    };
+
+    client_options options;
+    net::connected_socket socket;
+    net::input_stream in;
+    std::unique_ptr<frame_writer> writer;
+    std::deque<slot> slots;
+    std::vector<uint32_t> free_slots;
+    semaphore slots_free;
+    size_t pending = 0;
+    std::exception_ptr down; // why the connection is unusable (null while connected)
+    bool attached = false;
+    std::optional<promise<>> reader_done;
+    std::optional<promise<>> idle; // close()'s wait for the pending calls
+    bool reading = false;
+
+    void attach(net::connected_socket s) {
+        socket = std::move(s);
+        socket.set_nodelay(true);
+        in = socket.input();
+        writer = std::make_unique<frame_writer>(socket.output());
+        attached = true;
+        reading = true;
+        (void)read_loop();
+    }
+
+    /// Takes a free slot (the caller holds a unit of `slots_free`); returns its request id.
+    uint64_t take_slot() {
+        uint32_t index;
+        if (!free_slots.empty()) {
+            index = free_slots.back();
+            free_slots.pop_back();
+        } else {
+            index = uint32_t(slots.size());
+            auto& s = slots.emplace_back();
+            s.expiry.set_callback([this, index] { expire(index); });
+        }
+        auto& s = slots[index];
+        s.busy = true;
+        s.reply = promise<frame>();
+        ++pending;
+        return (uint64_t(s.generation) << 32) | index;
+    }
+
+    /// Sends `f` as a call in a new slot (the caller holds a unit of `slots_free`); resolves
+    /// with the reply.
+    future<frame> start_call(outgoing_frame f, steady_clock_type::time_point deadline) {
+        uint64_t id = take_slot();
+        auto& s = slots[uint32_t(id)];
+        if (deadline != steady_clock_type::time_point::max()) {
+            s.expiry.arm(deadline);
+        }
+        auto reply = s.reply.get_future();
+        f.header.request_id = id;
+        writer->send(std::move(f));
+        return reply;
+    }
+
+    /// Frees slot `index` (its promise already resolved).
+    void release_slot(uint32_t index) noexcept {
+        auto& s = slots[index];
+        s.expiry.cancel();
+        s.busy = false;
+        ++s.generation;
+        free_slots.push_back(index);
+        --pending;
+        slots_free.signal(1);
+        if (pending == 0 && idle) {
+            std::exchange(idle, std::nullopt)->set_value();
+        }
+    }
+
+    /// Resolves when no call waits for its reply.
+    future<> wait_idle() {
+        if (pending == 0) {
+            return make_ready_future<>();
+        }
+        idle.emplace(); // an earlier waiter (a close that timed out) is dropped
+        return idle->get_future();
+    }
+
+    void expire(uint32_t index) noexcept {
+        auto& s = slots[index];
+        if (s.busy) {
+            s.reply.set_exception(std::make_exception_ptr(timeout_error("rpc call timed out")));
+            release_slot(index);
+        }
+    }
+
+    void complete(frame f) {
+        uint64_t id = f.header.request_id;
+        uint32_t index = uint32_t(id);
+        if (index >= slots.size() || !slots[index].busy || slots[index].generation != uint32_t(id >> 32)) {
+            return; // the call timed out: its late reply is dropped
+        }
+        slots[index].reply.set_value(std::move(f));
+        release_slot(index);
+    }
+
+    /// Marks the connection down and fails every pending call with `why`.
+    void fail_all(std::exception_ptr why) noexcept {
+        if (!down) {
+            down = why;
+        }
+        slots_free.broken(down);
+        for (uint32_t i = 0; i < slots.size(); ++i) {
+            if (slots[i].busy) {
+                slots[i].reply.set_exception(down);
+                release_slot(i);
+            }
+        }
+        if (writer) {
+            writer->abort(down);
+        }
+    }
+
+    future<> read_loop() {
+        auto keep = shared_from_this();
+        std::exception_ptr why;
+        try {
+            for (;;) {
+                std::optional<frame> f = co_await read_frame(in, options.max_frame_size);
+                if (!f) {
+                    break;
+                }
+                if (f->header.type < frame_type::response) {
+                    throw protocol_error("a client received a request frame");
+                }
+                complete(std::move(*f));
+            }
+        } catch (const protocol_error& e) {
+            client_log.warn("closing connection: {}", e.what());
+            why = std::make_exception_ptr(
+                connection_error(std::string("protocol error from the server: ") + e.what()));
+            socket.abort();
+        } catch (...) {
+            why = std::make_exception_ptr(
+                connection_error(fmt::format("connection lost: {}", std::current_exception())));
+        }
+        if (!why) {
+            why = std::make_exception_ptr(connection_error("connection closed by the server"));
+        }
+        fail_all(why);
+        socket.abort();
+        try {
+            co_await writer->close(); // the writer's loop is done before the state can go
+        } catch (...) {
+        }
+        reading = false;
+        if (reader_done) {
+            std::exchange(reader_done, std::nullopt)->set_value();
+        }
+    }
+
+    future<> wait_reader() {
+        if (!reading) {
+            return make_ready_future<>();
+        }
+        reader_done.emplace();
+        return reader_done->get_future();
+    }
+};
+
+} // namespace detail
+
+client::client(net::transport t, client_options o)
+    : _transport(std::move(t))
+    , _state(std::make_shared<detail::client_state>(o)) {}
+
+client::client(client&&) noexcept = default;
+client& client::operator=(client&&) noexcept = default;
+
+client::~client() {
+    if (_state) {
+        abort();
+    }
+}
+
+future<> client::connect(net::socket_address addr) {
+    if (_state->attached) {
+        throw std::logic_error("rpc::client::connect: already connected");
+    }
+    net::connected_socket s;
+    try {
+        s = co_await _transport.connect(addr);
+    } catch (...) {
+        throw connection_error(
+            fmt::format("cannot connect to {}: {}", addr.to_string(), std::current_exception()));
+    }
+    attach(std::move(s));
+}
+
+void client::attach(net::connected_socket s) {
+    _state->attach(std::move(s));
+}
+
+bool client::connected() const noexcept {
+    return _state && _state->attached && !_state->down;
+}
+
+size_t client::in_flight() const noexcept {
+    return _state ? _state->pending : 0;
+}
+
+steady_clock_type::time_point client::default_deadline() const noexcept {
+    if (_state->options.timeout.count() == 0) {
+        return steady_clock_type::time_point::max();
+    }
+    return steady_clock_type::now() + _state->options.timeout;
+}
+
+void client::check_reply(const frame& reply) {
+    if (reply.header.type == frame_type::response) {
+        return;
+    }
+    reader r(reply.payload.view());
+    auto [type, message] = deserialize<std::pair<std::string, std::string>>(r);
+    switch (reply.header.type) {
+    case frame_type::unknown_verb:
+        throw unknown_verb_error(std::move(type), message);
+    case frame_type::bad_signature:
+        throw signature_mismatch_error(std::move(type), message);
+    case frame_type::error:
+        throw remote_error(std::move(type), message);
+    default:
+        throw protocol_error("unexpected reply frame type " + std::to_string(int(reply.header.type)));
+    }
+}
+
+namespace {
+
+/// A call that must wait for a free slot first.
+future<frame> roundtrip_after_slot(std::shared_ptr<detail::client_state> st, outgoing_frame f,
+                                   steady_clock_type::time_point deadline) {
+    if (deadline == steady_clock_type::time_point::max()) {
+        co_await st->slots_free.wait(1);
+    } else {
+        try {
+            co_await st->slots_free.wait(deadline, 1);
+        } catch (const semaphore_timed_out&) {
+            throw timeout_error("rpc call timed out waiting for a free slot");
+        }
+    }
+    if (st->down) {
+        st->slots_free.signal(1);
+        std::rethrow_exception(st->down);
+    }
+    co_return co_await st->start_call(std::move(f), deadline);
+}
+
+} // namespace
+
+future<frame> client::roundtrip(outgoing_frame f, steady_clock_type::time_point deadline) {
+    auto& st = *_state;
+    if (!st.attached) {
+        return make_exception_future<frame>(connection_error("rpc::client is not connected"));
+    }
+    if (f.header.body_size() > st.options.max_frame_size) {
+        return make_exception_future<frame>(protocol_error("call of " + std::to_string(f.header.body_size()) +
+                                                           " bytes over the frame size limit"));
+    }
+    if (st.down) {
+        return make_exception_future<frame>(st.down);
+    }
+    // The common case, a free slot, allocates no coroutine.
+    if (st.slots_free.try_wait(1)) {
+        return st.start_call(std::move(f), deadline);
+    }
+    return roundtrip_after_slot(_state, std::move(f), deadline);
+}
+
+future<> client::send_one_way(outgoing_frame f) {
+    auto& st = *_state;
+    if (!st.attached) {
+        return make_exception_future<>(connection_error("rpc::client is not connected"));
+    }
+    if (st.down) {
+        return make_exception_future<>(st.down);
+    }
+    if (f.header.body_size() > st.options.max_frame_size) {
+        return make_exception_future<>(protocol_error("call over the frame size limit"));
+    }
+    st.writer->send(std::move(f));
+    return make_ready_future<>();
+}
+
+future<> client::close() {
+    auto st = _state;
+    if (!st->attached) {
+        co_return;
+    }
+    if (!st->down) {
+        // Let the replies of calls already sent arrive (bounded), then end the stream.
+        auto deadline = steady_clock_type::now() + st->options.close_timeout;
+        try {
+            co_await with_timeout(deadline, st->wait_idle());
+            co_await with_timeout(deadline, st->writer->close());
+            co_await with_timeout(deadline, st->wait_reader());
+        } catch (...) {
+        }
+    }
+    st->fail_all(std::make_exception_ptr(connection_error("rpc::client closed")));
+    st->socket.abort();
+    co_await st->wait_reader();
+    if (st->writer) {
+        co_await st->writer->close();
+    }
+}
+
+void client::abort() noexcept {
+    auto& st = *_state;
+    if (st.attached) {
+        st.fail_all(std::make_exception_ptr(connection_error("rpc::client aborted")));
+        st.socket.abort();
+    }
+}
+
+} // namespace shoal::rpc

@@ -1,0 +1,350 @@
+#include "rpc/server.hh"
+
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "core/log.hh"
+
+#include <cxxabi.h>
+#include <typeinfo>
+
+namespace shoal::rpc {
+
+namespace {
+logger rpc_log("rpc");
+
+std::string demangle(const char* name) {
+    int status = 0;
+    char* text = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    std::string out = status == 0 && text ? text : name;
+    std::free(text);
+    return out;
+}
+} // namespace
+
+namespace detail {
+
+std::pair<std::string, std::string> describe(std::exception_ptr ex) {
+    try {
+        std::rethrow_exception(ex);
+    } catch (const remote_error& e) {
+        return {e.type_name(), e.what()};
+    } catch (const std::exception& e) {
+        return {demangle(typeid(e).name()), e.what()};
+    } catch (...) {
+        auto* type = abi::__cxa_current_exception_type();
+        return {type ? demangle(type->name()) : "unknown", "a non-std exception"};
+    }
+}
+
+/// What the connections of one server share; outlives the server while late handlers finish.
+struct server_shared {
+    explicit server_shared(server_options o)
+        : options(o)
+        , in_flight(o.max_in_flight) {}
+    server_options options;
+    semaphore in_flight;
+    std::unordered_map<uint64_t, server::handler_entry> handlers;
+    std::list<std::shared_ptr<server_connection>> connections;
+    server_stats stats;
+    bool stopping = false;
+};
+
+/// One client connection: reads frames while the limits allow, runs each call, queues replies.
+class server_connection : public std::enable_shared_from_this<server_connection> {
+public:
+    server_connection(std::shared_ptr<server_shared> shared, net::connected_socket s)
+        : _shared(std::move(shared))
+        , _socket(std::move(s))
+        , _in(_socket.input())
+        , _writer(_socket.output())
+        , _in_flight(_shared->options.max_in_flight_per_connection) {}
+
+    /// Serves until the peer closes, a protocol error, or stop; then waits for running calls
+    /// and the last replies (stop bounds that wait by aborting the socket).
+    future<> run(std::list<std::shared_ptr<server_connection>>::iterator self) {
+        auto keep = shared_from_this();
+        ++_shared->stats.connections_open;
+        try {
+            co_await read_loop();
+        } catch (const protocol_error& e) {
+            ++_shared->stats.protocol_errors;
+            rpc_log.warn("closing connection from {}: {}", peer(), e.what());
+            _socket.abort();
+            _writer.abort(std::current_exception());
+        } catch (...) {
+            rpc_log.debug("connection from {} ended: {}", peer(), std::current_exception());
+        }
+        // No more requests: let the running calls reply, then close the output.
+        if (_running > 0) {
+            _all_done.emplace();
+            co_await _all_done->get_future();
+        }
+        try {
+            co_await _writer.close();
+        } catch (...) {
+            rpc_log.debug("closing connection to {}: {}", peer(), std::current_exception());
+        }
+        --_shared->stats.connections_open;
+        _shared->connections.erase(self);
+        _done = true;
+        for (auto& p : _finished) {
+            p.set_value();
+        }
+        _finished.clear();
+    }
+
+    /// Stop reading requests (the running calls still reply).
+    void stop_reading() noexcept {
+        try {
+            _socket.shutdown_input();
+        } catch (...) {
+        }
+        _in_flight.broken();
+    }
+    /// Breaks the connection now; running calls' replies are dropped.
+    void abort() noexcept {
+        _socket.abort();
+        _writer.abort(std::make_exception_ptr(connection_error("server stopped")));
+        _in_flight.broken();
+        if (_all_done) {
+            std::exchange(_all_done, std::nullopt)->set_value();
+        }
+    }
+    /// Resolves when `run` has finished.
+    future<> finished() {
+        if (_done) {
+            return make_ready_future<>();
+        }
+        return _finished.emplace_back().get_future();
+    }
+
+private:
+    std::string peer() const {
+        try {
+            return _socket.peer_address().to_string();
+        } catch (...) {
+            return "?";
+        }
+    }
+
+    future<> read_loop() {
+        auto& opts = _shared->options;
+        for (;;) {
+            // Back-pressure: read the next request only when this connection and the server
+            // have room for another call and the client is reading its replies.
+            co_await _in_flight.wait(1);
+            semaphore_units conn_unit(_in_flight, 1);
+            co_await _shared->in_flight.wait(1);
+            semaphore_units server_unit(_shared->in_flight, 1);
+            co_await _writer.wait_below(opts.max_queued_reply_bytes);
+            if (_writer.failed() || _shared->stopping) {
+                co_return;
+            }
+            std::optional<frame> f = co_await read_frame(_in, opts.max_frame_size);
+            if (!f) {
+                co_return;
+            }
+            dispatch(std::move(*f), std::move(conn_unit), std::move(server_unit));
+        }
+    }
+
+    void dispatch(frame f, semaphore_units conn_unit, semaphore_units server_unit) {
+        auto& h = f.header;
+        if (h.type != frame_type::request && h.type != frame_type::one_way) {
+            throw protocol_error("a server received a frame of type " + std::to_string(int(h.type)));
+        }
+        ++_shared->stats.calls;
+        bool one_way = h.type == frame_type::one_way;
+        uint64_t id = h.request_id;
+        auto it = _shared->handlers.find(h.verb);
+        if (it == _shared->handlers.end()) {
+            reply_error(one_way, id, frame_type::unknown_verb, "rpc::unknown_verb_error",
+                        "no handler for verb " + std::to_string(h.verb));
+            return;
+        }
+        const auto& e = it->second;
+        if (e.signature != h.signature) {
+            reply_error(one_way, id, frame_type::bad_signature, "rpc::signature_mismatch_error",
+                        "the caller's declaration of " + e.name +
+                            " has other argument or result types than the server's");
+            return;
+        }
+        ++_running;
+        ++_shared->stats.calls_in_flight;
+        (void)e.invoke(e.object, std::move(f))
+            .then_wrapped([self = shared_from_this(), one_way, id, cu = std::move(conn_unit),
+                           su = std::move(server_unit)](future<outgoing_frame> done) mutable {
+                self->finish_call(std::move(done), one_way, id);
+            });
+    }
+
+    void finish_call(future<outgoing_frame> done, bool one_way, uint64_t id) {
+        --_shared->stats.calls_in_flight;
+        if (done.failed()) {
+            auto [type, message] = describe(done.get_exception());
+            if (one_way) {
+                rpc_log.debug("one-way call failed: {}: {}", type, message);
+            } else {
+                reply_error(false, id, frame_type::error, type, message);
+            }
+        } else if (!one_way) {
+            send(done.get(), id);
+        } else {
+            done.ignore_ready_future();
+        }
+        if (--_running == 0 && _all_done) {
+            std::exchange(_all_done, std::nullopt)->set_value();
+        }
+    }
+
+    void reply_error(bool one_way, uint64_t id, frame_type type, const std::string& name,
+                     const std::string& message) {
+        ++_shared->stats.errors_returned;
+        if (!one_way) {
+            send(make_frame(type, name, message), id);
+        }
+    }
+
+    void send(outgoing_frame f, uint64_t id) {
+        f.header.request_id = id;
+        if (f.header.payload_size + size_t(f.header.attachment_size) > _shared->options.max_frame_size) {
+            auto err = make_frame(frame_type::error, std::string("rpc::protocol_error"),
+                                  std::string("the reply is over the server's frame size limit"));
+            err.header.request_id = id;
+            f = std::move(err);
+        }
+        _writer.send(std::move(f));
+        auto& max = _shared->stats.max_queued_reply_bytes;
+        max = std::max<uint64_t>(max, _writer.queued_bytes());
+    }
+
+    std::shared_ptr<server_shared> _shared;
+    net::connected_socket _socket;
+    net::input_stream _in;
+    frame_writer _writer;
+    semaphore _in_flight;
+    unsigned _running = 0;
+    std::optional<promise<>> _all_done;
+    std::vector<promise<>> _finished;
+    bool _done = false;
+};
+
+} // namespace detail
+
+server::server(net::transport t, server_options o)
+    : _transport(std::move(t))
+    , _shared(std::make_shared<detail::server_shared>(o)) {}
+
+server::server(server_options o)
+    : _shared(std::make_shared<detail::server_shared>(o)) {}
+
+server::~server() {
+    // Connections still open (stop() not called) are cut; their state goes with the last call.
+    for (auto& c : _shared->connections) {
+        c->abort();
+    }
+}
+
+void server::add_entry(uint64_t id, handler_entry e) {
+    auto [it, fresh] = _shared->handlers.try_emplace(id, e);
+    if (!fresh) {
+        throw duplicate_verb_error("rpc: verb id " + std::to_string(id) + " of " + e.name +
+                                   " is already taken by " + it->second.name);
+    }
+}
+
+server_stats server::stats() const noexcept {
+    return _shared->stats;
+}
+
+const server_options& server::options() const noexcept {
+    return _shared->options;
+}
+
+void server::listen(const net::socket_address& addr, net::listen_options opts) {
+    if (!_transport.listen) {
+        throw std::logic_error("rpc::server::listen: this server was made without a transport");
+    }
+    opts.reuse_port = true;
+    _listener = _transport.listen(addr, opts);
+    _accepting.enter();
+    (void)accept_loop().finally([this] { _accepting.leave(); });
+}
+
+future<> server::accept_loop() {
+    for (;;) {
+        net::accept_result ar;
+        try {
+            ar = co_await _listener.accept();
+        } catch (...) {
+            if (!_accepting.is_closed()) {
+                rpc_log.warn("accept failed, no longer accepting: {}", std::current_exception());
+            }
+            co_return;
+        }
+        if (_shared->stopping) {
+            ar.connection.abort();
+            co_return;
+        }
+        serve(std::move(ar.connection));
+    }
+}
+
+void server::serve(net::connected_socket s) {
+    if (_shared->stopping) {
+        s.abort();
+        return;
+    }
+    s.set_nodelay(true);
+    auto c = std::make_shared<detail::server_connection>(_shared, std::move(s));
+    auto it = _shared->connections.insert(_shared->connections.end(), c);
+    ++_shared->stats.connections_accepted;
+    (void)c->run(it);
+}
+
+future<> server::stop() {
+    if (_stopped) {
+        co_return;
+    }
+    _stopped = true;
+    _shared->stopping = true;
+    _shared->in_flight.broken(std::make_exception_ptr(connection_error("server stopping")));
+    auto accepting = _accepting.close();
+    if (_listener) {
+        _listener.abort_accept();
+    }
+    co_await std::move(accepting);
+    std::vector<future<>> done;
+    auto conns = _shared->connections; // copies: connections remove themselves when done
+    for (auto& c : conns) {
+        done.push_back(c->finished());
+        c->stop_reading();
+    }
+    auto all = when_all(std::move(done));
+    auto deadline = steady_clock_type::now() + _shared->options.stop_timeout;
+    try {
+        co_await with_timeout(deadline, std::move(all));
+        co_return;
+    } catch (const timed_out_error&) {
+    }
+    rpc_log.info("stop: {} connections still busy after {} ms, aborting them", _shared->connections.size(),
+                 _shared->options.stop_timeout.count());
+    conns = _shared->connections;
+    std::vector<future<>> aborted;
+    for (auto& c : conns) {
+        aborted.push_back(c->finished());
+        c->abort();
+    }
+    // A transport whose abort() cannot cancel a send stuck on a peer that reads nothing would
+    // hold us forever: give up after one more stop_timeout. What is left owns its state (shared
+    // pointers), so the server may go; the connection ends when the transport lets it.
+    try {
+        co_await with_timeout(steady_clock_type::now() + _shared->options.stop_timeout,
+                              when_all(std::move(aborted)));
+    } catch (const timed_out_error&) {
+        rpc_log.warn("stop: {} connections did not end after being aborted; leaving them to the transport",
+                     _shared->connections.size());
+    }
+}
+
+} // namespace shoal::rpc

@@ -1,0 +1,646 @@
+#pragma once
+
+// The core RPC suite, written once against net::transport so that it runs over TCP on loopback
+// (rpc_tcp_test, native) and over RDMA (rpc_rdma_test, Soft-RoCE guest). Each case is a
+// coroutine that sets up its own server and clients and asserts outcomes, never the order of
+// racing events; every wait is bounded.
+
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "core/sharded.hh"
+#include "core/timer.hh"
+#include "rpc/client.hh"
+#include "rpc/client_pool.hh"
+#include "rpc/server.hh"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace shoal::rpc_test {
+
+using namespace std::chrono_literals;
+using namespace shoal;
+
+/// Where a suite case listens and connects.
+struct rpc_env {
+    net::transport transport;
+    /// A fresh address (distinct port) on the loopback or RDMA device.
+    std::function<net::socket_address()> next_address;
+};
+
+/// Polls `cond` every millisecond until it holds or `timeout` passes; returns whether it held.
+template <typename Cond>
+future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = 5000ms) {
+    auto deadline = steady_clock_type::now() + timeout;
+    while (!cond()) {
+        if (steady_clock_type::now() > deadline) {
+            co_return false;
+        }
+        co_await sleep(1ms);
+    }
+    co_return true;
+}
+
+// ---- handlers --------------------------------------------------------------------------------
+
+enum class level : uint8_t { low, mid, high };
+
+struct item {
+    std::string key;
+    std::vector<int64_t> values;
+    std::optional<double> weight;
+    friend bool operator==(const item&, const item&) = default;
+};
+
+struct everything {
+    int8_t a = 0;
+    uint16_t b = 0;
+    int32_t c = 0;
+    uint64_t d = 0;
+    float e = 0;
+    double f = 0;
+    bool g = false;
+    level h = level::low;
+    std::string i;
+    std::vector<item> j;
+    std::array<uint32_t, 3> k{};
+    std::variant<std::monostate, int32_t, std::string, item> l;
+    std::tuple<std::string, int16_t> m;
+    std::pair<bool, std::string> n;
+    std::map<std::string, item> o;
+    std::unordered_map<int32_t, std::vector<std::string>> p;
+    friend bool operator==(const everything&, const everything&) = default;
+};
+
+inline everything echo_everything(everything v) {
+    return v;
+}
+inline std::string_view echo_view(std::string_view s) {
+    return s;
+}
+inline rpc::bytes_view echo_bytes(rpc::bytes_view b) {
+    return b;
+}
+inline rpc::attachment echo_attachment(rpc::attachment a) {
+    return a;
+}
+inline size_t sizes(std::string_view s, rpc::attachment a, const std::vector<std::string>& v) {
+    return s.size() + a.size() + v.size();
+}
+inline int32_t add(int32_t x, int32_t y) {
+    return x + y;
+}
+inline future<uint64_t> later_double(uint64_t i, uint32_t delay_us) {
+    return sleep(std::chrono::microseconds(delay_us)).then([i] { return i * 2; });
+}
+inline future<std::string> coroutine_concat(std::string a, std::string b) {
+    co_await yield();
+    co_return a + b;
+}
+inline void throws_invalid(std::string why) {
+    throw std::invalid_argument(why);
+}
+struct custom_failure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+inline future<int> fails_later() {
+    co_await yield();
+    throw custom_failure("it broke");
+}
+inline unsigned which_shard() {
+    return this_shard_id();
+}
+inline std::string not_registered(int) {
+    return "never";
+}
+inline rpc::attachment big_reply(uint32_t size, std::string) {
+    return rpc::attachment(net::temporary_buffer::copy_of(std::string(size, 'r')));
+}
+
+/// Two overloads share a qualified name (and so a verb id): the server registers one, a caller
+/// whose declaration is the other gets signature_mismatch_error.
+namespace versions {
+inline int32_t lookup(int32_t key) {
+    return key + 1;
+}
+inline int32_t lookup(std::string key) {
+    return int32_t(key.size());
+}
+} // namespace versions
+
+/// A service whose calls wait until the test releases them.
+struct gatekeeper {
+    std::vector<promise<>> waiting;
+    unsigned one_way_hits = 0;
+    future<int> wait_here(int v) {
+        co_await waiting.emplace_back().get_future();
+        co_return v;
+    }
+    void release() {
+        auto all = std::move(waiting);
+        for (auto& p : all) {
+            p.set_value();
+        }
+    }
+    void hit(unsigned n) { one_way_hits += n; }
+    unsigned hits() const { return one_way_hits; }
+};
+
+/// Registers every handler of the suite on `s`.
+inline void register_all(rpc::server& s, gatekeeper* g) {
+    s.register_handler<&echo_everything, &echo_view, &echo_bytes, &echo_attachment, &sizes, &add,
+                       &later_double, &coroutine_concat, &throws_invalid, &fails_later, &which_shard,
+                       &big_reply>();
+    s.register_handler<static_cast<int32_t (*)(int32_t)>(&versions::lookup)>();
+    s.register_handler<&gatekeeper::wait_here>(g);
+    s.register_handler<&gatekeeper::hit>(g);
+    s.register_handler<&gatekeeper::hits>(g);
+}
+
+/// A server with every handler, listening on a fresh address, plus a connected client.
+struct fixture {
+    gatekeeper keeper;
+    rpc::server server;
+    rpc::client client;
+    net::socket_address address;
+    fixture(rpc_env& env, rpc::server_options so = {}, rpc::client_options co = {})
+        : server(env.transport, so)
+        , client(env.transport, co) {
+        register_all(server, &keeper);
+        address = env.next_address();
+        server.listen(address);
+        address = server.local_address();
+    }
+    future<> stop() {
+        keeper.release();
+        co_await client.close();
+        co_await server.stop();
+    }
+};
+
+inline everything random_everything(std::mt19937_64& rng) {
+    auto text = [&] {
+        std::string s(rng() % 30, '\0');
+        for (auto& c : s) {
+            c = char(rng());
+        }
+        return s;
+    };
+    auto an_item = [&] {
+        item it{text(), {}, std::nullopt};
+        for (size_t n = rng() % 4; n > 0; --n) {
+            it.values.push_back(int64_t(rng()));
+        }
+        if (rng() & 1) {
+            it.weight = double(rng() % 1000) / 7;
+        }
+        return it;
+    };
+    everything v;
+    v.a = int8_t(rng());
+    v.b = uint16_t(rng());
+    v.c = int32_t(rng());
+    v.d = rng();
+    v.e = float(rng() % 100000) / 3;
+    v.f = double(rng()) / 11;
+    v.g = rng() & 1;
+    v.h = level(rng() % 3);
+    v.i = text();
+    for (size_t n = rng() % 4; n > 0; --n) {
+        v.j.push_back(an_item());
+    }
+    v.k = {uint32_t(rng()), uint32_t(rng()), uint32_t(rng())};
+    switch (rng() % 4) {
+    case 0:
+        break;
+    case 1:
+        v.l = int32_t(rng());
+        break;
+    case 2:
+        v.l = text();
+        break;
+    default:
+        v.l = an_item();
+    }
+    v.m = {text(), int16_t(rng())};
+    v.n = {bool(rng() & 1), text()};
+    for (size_t n = rng() % 3; n > 0; --n) {
+        v.o[text()] = an_item();
+        v.p[int32_t(rng())] = {text(), text()};
+    }
+    return v;
+}
+
+// ---- cases -----------------------------------------------------------------------------------
+
+/// Every type round-trips through a real call (random values), views and attachments included.
+inline future<> every_type_round_trips(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 300; ++i) {
+        everything v = random_everything(rng);
+        everything back = co_await fx.client.call<&echo_everything>(v);
+        EXPECT_EQ(back, v) << "call " << i;
+    }
+    std::string got = co_await fx.client.call<&echo_view>(std::string_view("hello rpc"));
+    EXPECT_EQ(got, "hello rpc");
+    std::string raw("\0\1\2\3", 4);
+    std::vector<std::byte> bytes = co_await fx.client.call<&echo_bytes>(
+        rpc::bytes_view(reinterpret_cast<const std::byte*>(raw.data()), raw.size()));
+    EXPECT_EQ(bytes.size(), 4u);
+    EXPECT_EQ(bytes[3], std::byte{3});
+    for (size_t size : {size_t(0), size_t(1), size_t(100000), size_t(3) << 20}) {
+        std::string payload(size, '\0');
+        for (size_t k = 0; k < size; ++k) {
+            payload[k] = char(k * 31 + size);
+        }
+        rpc::attachment a = co_await fx.client.call<&echo_attachment>(
+            rpc::attachment(net::temporary_buffer::copy_of(payload)));
+        EXPECT_TRUE(a.view() == payload) << "attachment of " << size;
+    }
+    // (GCC 12 cannot keep array temporaries, such as an initializer list, alive across
+    // co_await: build arguments first.)
+    std::vector<std::string> words{"1", "2", "3", "4"};
+    size_t n = co_await fx.client.call<&sizes>(std::string("abc"),
+                                               rpc::attachment(net::temporary_buffer::copy_of("xy")), words);
+    EXPECT_EQ(n, 3u + 2u + 4u);
+    std::string joined =
+        co_await fx.client.call<&coroutine_concat>(std::string("co"), std::string("routine"));
+    EXPECT_EQ(joined, "coroutine");
+    co_await fx.stop();
+}
+
+/// 10,000 calls pipelined on one connection, answered out of order (random handler delays).
+inline future<> pipelined_calls_complete_out_of_order(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    constexpr uint64_t n = 10000;
+    std::vector<uint64_t> order;
+    order.reserve(n);
+    std::vector<future<>> calls;
+    std::mt19937 rng(11);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        calls.push_back(
+            fx.client.call<&later_double>(i, uint32_t(rng() % 2000)).then([i, &order, &wrong](uint64_t r) {
+                if (r != i * 2) {
+                    ++wrong;
+                }
+                order.push_back(i);
+            }));
+    }
+    co_await when_all_succeed(std::move(calls));
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_EQ(order.size(), n);
+    uint64_t inversions = 0;
+    for (size_t k = 1; k < order.size(); ++k) {
+        inversions += order[k] < order[k - 1];
+    }
+    EXPECT_GT(inversions, 0u) << "replies came back strictly in call order";
+    co_await fx.stop();
+}
+
+/// Exceptions of handlers reach the caller as remote_error with type and message; the
+/// connection stays usable.
+inline future<> handler_exceptions_reach_the_caller(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    try {
+        co_await fx.client.call<&throws_invalid>(std::string("no such thing"));
+        ADD_FAILURE() << "no exception";
+    } catch (const rpc::remote_error& e) {
+        EXPECT_EQ(e.type_name(), "std::invalid_argument");
+        EXPECT_STREQ(e.what(), "no such thing");
+    }
+    try {
+        co_await fx.client.call<&fails_later>();
+        ADD_FAILURE() << "no exception";
+    } catch (const rpc::remote_error& e) {
+        EXPECT_EQ(e.type_name(), "shoal::rpc_test::custom_failure");
+        EXPECT_STREQ(e.what(), "it broke");
+    }
+    EXPECT_EQ(co_await fx.client.call<&add>(2, 3), 5);
+    co_await fx.stop();
+}
+
+/// A call past its deadline fails with timeout_error; the late reply is dropped and the
+/// connection keeps working.
+inline future<> calls_time_out(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    auto start = steady_clock_type::now();
+    try {
+        co_await fx.client.call_for<&gatekeeper::wait_here>(50ms, 1);
+        ADD_FAILURE() << "no timeout";
+    } catch (const rpc::timeout_error&) {
+    }
+    EXPECT_GE(steady_clock_type::now() - start, 50ms);
+    fx.keeper.release(); // the late reply arrives and is dropped
+    EXPECT_EQ(co_await fx.client.call<&add>(20, 22), 42);
+    EXPECT_EQ(fx.client.in_flight(), 0u);
+    co_await fx.stop();
+}
+
+/// A caller whose declaration differs from the server's gets signature_mismatch_error; an
+/// unregistered verb gets unknown_verb_error; neither breaks the connection.
+inline future<> mismatched_calls_get_clear_errors(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    static_assert(rpc::verb_id<static_cast<int32_t (*)(int32_t)>(&versions::lookup)> ==
+                  rpc::verb_id<static_cast<int32_t (*)(std::string)>(&versions::lookup)>);
+    EXPECT_EQ(co_await fx.client.call<static_cast<int32_t (*)(int32_t)>(&versions::lookup)>(41), 42);
+    try {
+        co_await fx.client.call<static_cast<int32_t (*)(std::string)>(&versions::lookup)>(std::string("key"));
+        ADD_FAILURE() << "no exception";
+    } catch (const rpc::signature_mismatch_error& e) {
+        EXPECT_NE(std::string(e.what()).find("versions::lookup"), std::string::npos) << e.what();
+    }
+    try {
+        co_await fx.client.call<&not_registered>(1);
+        ADD_FAILURE() << "no exception";
+    } catch (const rpc::unknown_verb_error&) {
+    }
+    EXPECT_EQ(co_await fx.client.call<&add>(1, 1), 2);
+    co_await fx.stop();
+}
+
+/// One-way calls run without a reply, in order with later calls of the same connection.
+inline future<> one_way_calls_run(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    for (unsigned i = 1; i <= 100; ++i) {
+        co_await fx.client.send<&gatekeeper::hit>(i);
+    }
+    EXPECT_EQ(co_await fx.client.call<&gatekeeper::hits>(), 5050u);
+    co_await fx.stop();
+}
+
+/// stop() with calls in flight whose handlers never finish: it returns within its deadline
+/// (plus slack) and every caller gets connection_error.
+inline future<> server_stop_fails_calls_in_flight(rpc_env& env) {
+    rpc::server_options so;
+    so.stop_timeout = 200ms;
+    fixture fx(env, so);
+    co_await fx.client.connect(fx.address);
+    std::vector<future<int>> calls;
+    for (int i = 0; i < 50; ++i) {
+        calls.push_back(fx.client.call<&gatekeeper::wait_here>(i));
+    }
+    bool all_in = co_await eventually([&] { return fx.keeper.waiting.size() == 50; });
+    EXPECT_TRUE(all_in);
+    auto start = steady_clock_type::now();
+    co_await fx.server.stop();
+    EXPECT_LT(steady_clock_type::now() - start, 5s);
+    unsigned failed = 0;
+    for (auto& f : calls) {
+        try {
+            co_await std::move(f);
+        } catch (const rpc::connection_error&) {
+            ++failed;
+        }
+    }
+    EXPECT_EQ(failed, 50u);
+    EXPECT_FALSE(fx.client.connected());
+    try {
+        co_await fx.client.call<&add>(1, 2);
+        ADD_FAILURE() << "a call on a dead connection succeeded";
+    } catch (const rpc::connection_error&) {
+    }
+    fx.keeper.release(); // late replies go nowhere
+    co_await yield();
+    co_await fx.client.close();
+}
+
+/// A graceful stop lets calls that finish in time reply.
+inline future<> server_stop_drains_finishing_calls(rpc_env& env) {
+    fixture fx(env);
+    co_await fx.client.connect(fx.address);
+    std::vector<future<uint64_t>> calls;
+    for (uint64_t i = 0; i < 20; ++i) {
+        calls.push_back(fx.client.call<&later_double>(i, 20000));
+    }
+    bool running = co_await eventually([&] { return fx.server.stats().calls_in_flight == 20; });
+    EXPECT_TRUE(running);
+    co_await fx.server.stop();
+    for (uint64_t i = 0; i < 20; ++i) {
+        EXPECT_EQ(co_await std::move(calls[i]), i * 2);
+    }
+    co_await fx.client.close();
+}
+
+/// A pool reconnects (with back-off) once the server is back on the same address.
+inline future<> pool_reconnects_after_restart(rpc_env& env) {
+    gatekeeper keeper;
+    auto first = std::make_unique<rpc::server>(env.transport);
+    register_all(*first, &keeper);
+    first->listen(env.next_address());
+    auto address = first->local_address();
+    rpc::pool_options po;
+    po.connections = 3;
+    po.backoff_min = 5ms;
+    po.backoff_max = 50ms;
+    rpc::client_pool pool(env.transport, address, po);
+    for (int i = 0; i < 10; ++i) {
+        EXPECT_EQ(co_await pool.call<&add>(i, 1), i + 1);
+    }
+    co_await first->stop();
+    first.reset();
+    unsigned failures = 0;
+    for (int i = 0; i < 5; ++i) {
+        try {
+            co_await pool.call<&add>(1, 1);
+        } catch (const rpc::connection_error&) {
+            ++failures;
+        }
+    }
+    EXPECT_EQ(failures, 5u);
+    rpc::server second(env.transport);
+    register_all(second, &keeper);
+    second.listen(address);
+    bool back = false;
+    auto deadline = steady_clock_type::now() + 10s;
+    while (!back && steady_clock_type::now() < deadline) {
+        bool refused = false;
+        try {
+            back = co_await pool.call<&add>(2, 2) == 4;
+        } catch (const rpc::connection_error&) {
+            refused = true;
+        }
+        if (refused) {
+            co_await sleep(5ms);
+        }
+    }
+    EXPECT_TRUE(back) << "the pool never reconnected";
+    // Every connection of the pool comes back, and calls spread over them.
+    for (int i = 0; i < 30; ++i) {
+        EXPECT_EQ(co_await pool.call<&add>(i, i), 2 * i);
+    }
+    // The other connections come back on later calls, once their back-off has passed.
+    auto until = steady_clock_type::now() + 10s;
+    while (second.stats().connections_open < 3 && steady_clock_type::now() < until) {
+        EXPECT_EQ(co_await pool.call<&add>(1, 2), 3);
+        co_await sleep(1ms);
+    }
+    EXPECT_EQ(second.stats().connections_open, 3u);
+    EXPECT_EQ(pool.connected(), 3u);
+    co_await pool.close();
+    co_await second.stop();
+}
+
+/// A client that disappears mid-call: the server finishes the call, drops its reply and frees
+/// the connection's state.
+inline future<> client_killed_mid_call(rpc_env& env) {
+    fixture fx(env);
+    rpc::client doomed(env.transport);
+    co_await doomed.connect(fx.address);
+    auto call = doomed.call<&gatekeeper::wait_here>(5);
+    bool started = co_await eventually([&] { return fx.keeper.waiting.size() == 1; });
+    EXPECT_TRUE(started);
+    EXPECT_EQ(fx.server.stats().connections_open, 1u);
+    doomed.abort();
+    try {
+        co_await std::move(call);
+        ADD_FAILURE() << "a call on an aborted client succeeded";
+    } catch (const rpc::connection_error&) {
+    }
+    fx.keeper.release();
+    bool freed = co_await eventually(
+        [&] { return fx.server.stats().connections_open == 0 && fx.server.stats().calls_in_flight == 0; });
+    EXPECT_TRUE(freed) << fx.server.stats().connections_open << " open, " << fx.server.stats().calls_in_flight
+                       << " in flight";
+    co_await fx.server.stop();
+}
+
+/// A client that sends calls but never reads the replies: the server stops reading it once
+/// max_queued_reply_bytes are queued, so its memory stays bounded; other clients are served.
+inline future<> client_that_never_reads_is_bounded(rpc_env& env) {
+    rpc::server_options so;
+    so.max_queued_reply_bytes = 1 << 20;
+    so.stop_timeout = 200ms;
+    fixture fx(env, so);
+    constexpr uint32_t reply_size = 256 << 10;
+    net::connected_socket raw = co_await env.transport.connect(fx.address);
+    // The stream outlives this coroutine's wait: a write still pending at the end fails once the
+    // socket is aborted, and its continuation keeps the stream alive until then.
+    auto out = std::make_shared<net::output_stream>(raw.output());
+    unsigned sent = 0;
+    std::string filler(32 << 10, 'f'); // requests take room too, so the stream fills sooner
+    for (; sent < 100000; ++sent) {
+        auto f = rpc::make_frame(rpc::frame_type::request, reply_size, filler);
+        f.header.verb = rpc::verb_id<&big_reply>;
+        f.header.signature = rpc::signature_hash<&big_reply>;
+        f.header.request_id = sent;
+        f.header.encode(f.head.get_write());
+        auto wrote = out->write(std::move(f.head)).then([out] { return out->flush(); }).finally([out] {});
+        try {
+            co_await with_timeout(steady_clock_type::now() + 500ms, std::move(wrote));
+        } catch (const timed_out_error&) {
+            break; // the server no longer reads us
+        }
+    }
+    EXPECT_LT(sent, 100000u) << "the server read every request of a client that reads nothing";
+    auto st = fx.server.stats();
+    EXPECT_LE(st.max_queued_reply_bytes, so.max_queued_reply_bytes + reply_size + 4096);
+    EXPECT_LT(st.calls, sent);
+    // Another client is still served.
+    co_await fx.client.connect(fx.address);
+    EXPECT_EQ(co_await fx.client.call<&add>(3, 4), 7);
+    // stop() ends in bounded time although that client still reads nothing (its connection is
+    // aborted after stop_timeout).
+    auto start = steady_clock_type::now();
+    co_await fx.stop();
+    EXPECT_LT(steady_clock_type::now() - start, 5s);
+    raw.abort();
+}
+
+/// Frames over the server's limit close that connection (its calls fail); a call over the
+/// client's own limit fails at once with protocol_error.
+inline future<> frame_size_limits(rpc_env& env) {
+    rpc::server_options so;
+    so.max_frame_size = 64 << 10;
+    rpc::client_options co;
+    co.max_frame_size = 1 << 20;
+    fixture fx(env, so, co);
+    co_await fx.client.connect(fx.address);
+    EXPECT_EQ((co_await fx.client.call<&echo_view>(std::string(1000, 'a'))).size(), 1000u);
+    try {
+        co_await fx.client.call<&echo_view>(std::string(2 << 20, 'a'));
+        ADD_FAILURE() << "no error";
+    } catch (const rpc::protocol_error&) {
+    }
+    EXPECT_TRUE(fx.client.connected());
+    try {
+        co_await fx.client.call<&echo_view>(std::string(100 << 10, 'a'));
+        ADD_FAILURE() << "no error";
+    } catch (const rpc::connection_error&) {
+    }
+    EXPECT_EQ(fx.server.stats().protocol_errors, 1u);
+    co_await fx.stop();
+}
+
+/// `sharded<rpc::server>`: every shard serves; each call runs on the shard owning its
+/// connection.
+inline future<> sharded_server_serves_every_shard(rpc_env& env) {
+    sharded<rpc::server> servers;
+    co_await servers.start(env.transport, rpc::server_options{});
+    auto address = env.next_address();
+    co_await servers.invoke_on_all([](rpc::server& s) { s.register_handler<&which_shard, &add>(); });
+    co_await servers.invoke_on(0, [&address](rpc::server& s) {
+        s.listen(address);
+        address = s.local_address();
+    });
+    co_await servers.invoke_on_all([address](rpc::server& s) {
+        if (this_shard_id() != 0) {
+            s.listen(address);
+        }
+    });
+    std::vector<rpc::client> clients;
+    std::vector<unsigned> seen(shard_count(), 0);
+    for (int i = 0; i < 16; ++i) {
+        clients.emplace_back(env.transport);
+        co_await clients.back().connect(address);
+        unsigned shard = co_await clients.back().call<&which_shard>();
+        EXPECT_EQ(co_await clients.back().call<&which_shard>(), shard) << "a connection moved";
+        ++seen.at(shard);
+    }
+    for (unsigned s = 0; s < shard_count(); ++s) {
+        EXPECT_GT(seen[s], 0u) << "shard " << s << " served no connection";
+    }
+    uint64_t accepted = co_await servers.map_reduce(
+        [](rpc::server& s) { return s.stats().connections_accepted; }, uint64_t(0), std::plus<>());
+    EXPECT_EQ(accepted, 16u);
+    for (auto& c : clients) {
+        co_await c.close();
+    }
+    co_await servers.stop();
+}
+
+/// The suite, by name (the RDMA binary runs them in order in one engine).
+inline std::vector<std::pair<const char*, future<> (*)(rpc_env&)>> suite() {
+    return {
+        {"every_type_round_trips", every_type_round_trips},
+        {"pipelined_calls_complete_out_of_order", pipelined_calls_complete_out_of_order},
+        {"handler_exceptions_reach_the_caller", handler_exceptions_reach_the_caller},
+        {"calls_time_out", calls_time_out},
+        {"mismatched_calls_get_clear_errors", mismatched_calls_get_clear_errors},
+        {"one_way_calls_run", one_way_calls_run},
+        {"server_stop_fails_calls_in_flight", server_stop_fails_calls_in_flight},
+        {"server_stop_drains_finishing_calls", server_stop_drains_finishing_calls},
+        {"pool_reconnects_after_restart", pool_reconnects_after_restart},
+        {"client_killed_mid_call", client_killed_mid_call},
+        {"client_that_never_reads_is_bounded", client_that_never_reads_is_bounded},
+        {"frame_size_limits", frame_size_limits},
+        {"sharded_server_serves_every_shard", sharded_server_serves_every_shard},
+    };
+}
+
+} // namespace shoal::rpc_test
