@@ -1,8 +1,8 @@
 #include "rpc/server.hh"
 
 #include "core/coroutine.hh"
-#include "core/future_util.hh"
 #include "core/log.hh"
+#include "core/timer.hh"
 
 #include <cxxabi.h>
 #include <typeinfo>
@@ -86,21 +86,10 @@ public:
         }
         --_shared->stats.connections_open;
         _shared->connections.erase(self);
-        _done = true;
-        for (auto& p : _finished) {
-            p.set_value();
-        }
-        _finished.clear();
     }
 
-    /// Stop reading requests (the running calls still reply).
-    void stop_reading() noexcept {
-        try {
-            _socket.shutdown_input();
-        } catch (...) {
-        }
-        _in_flight.broken();
-    }
+    /// Stop reading requests (the running calls still reply); the tracker shuts input down.
+    void stop_reading() noexcept { _in_flight.broken(); }
     /// Breaks the connection now; running calls' replies are dropped.
     void abort() noexcept {
         _socket.abort();
@@ -109,13 +98,6 @@ public:
         if (_all_done) {
             std::exchange(_all_done, std::nullopt)->set_value();
         }
-    }
-    /// Resolves when `run` has finished.
-    future<> finished() {
-        if (_done) {
-            return make_ready_future<>();
-        }
-        return _finished.emplace_back().get_future();
     }
 
 private:
@@ -225,8 +207,6 @@ private:
     semaphore _in_flight;
     unsigned _running = 0;
     std::optional<promise<>> _all_done;
-    std::vector<promise<>> _finished;
-    bool _done = false;
 };
 
 } // namespace detail
@@ -239,8 +219,14 @@ server::server(server_options o)
     : _shared(std::make_shared<detail::server_shared>(o)) {}
 
 server::~server() {
-    // Connections still open (stop() not called) are cut; their state goes with the last call.
-    for (auto& c : _shared->connections) {
+    // Without stop() the tracker's serve functions would outlive it: cut what is left (stop()
+    // has normally emptied the list already).
+    abort_connections();
+}
+
+void server::abort_connections() noexcept {
+    auto conns = _shared->connections; // copies: connections remove themselves when done
+    for (auto& c : conns) {
         c->abort();
     }
 }
@@ -254,7 +240,9 @@ void server::add_entry(uint64_t id, handler_entry e) {
 }
 
 server_stats server::stats() const noexcept {
-    return _shared->stats;
+    server_stats st = _shared->stats;
+    st.connections_aborted = _conns.aborted();
+    return st;
 }
 
 const server_options& server::options() const noexcept {
@@ -267,39 +255,20 @@ void server::listen(const net::socket_address& addr, net::listen_options opts) {
     }
     opts.reuse_port = true;
     _listener = _transport.listen(addr, opts);
-    _accepting.enter();
-    (void)accept_loop().finally([this] { _accepting.leave(); });
-}
-
-future<> server::accept_loop() {
-    for (;;) {
-        net::accept_result ar;
-        try {
-            ar = co_await _listener.accept();
-        } catch (...) {
-            if (!_accepting.is_closed()) {
-                rpc_log.warn("accept failed, no longer accepting: {}", std::current_exception());
-            }
-            co_return;
-        }
-        if (_shared->stopping) {
-            ar.connection.abort();
-            co_return;
-        }
-        serve(std::move(ar.connection));
-    }
+    _conns.accept_from(_listener, [this](net::connected_socket s) { return serve_connection(std::move(s)); });
 }
 
 void server::serve(net::connected_socket s) {
-    if (_shared->stopping) {
-        s.abort();
-        return;
-    }
+    // Once stopping, the tracker drops the connection.
+    _conns.add(std::move(s), [this](net::connected_socket c) { return serve_connection(std::move(c)); });
+}
+
+future<> server::serve_connection(net::connected_socket s) {
     s.set_nodelay(true);
     auto c = std::make_shared<detail::server_connection>(_shared, std::move(s));
     auto it = _shared->connections.insert(_shared->connections.end(), c);
     ++_shared->stats.connections_accepted;
-    (void)c->run(it);
+    return c->run(it);
 }
 
 future<> server::stop() {
@@ -309,41 +278,21 @@ future<> server::stop() {
     _stopped = true;
     _shared->stopping = true;
     _shared->in_flight.broken(std::make_exception_ptr(connection_error("server stopping")));
-    auto accepting = _accepting.close();
-    if (_listener) {
-        _listener.abort_accept();
-    }
-    co_await std::move(accepting);
-    std::vector<future<>> done;
-    auto conns = _shared->connections; // copies: connections remove themselves when done
-    for (auto& c : conns) {
-        done.push_back(c->finished());
+    for (auto& c : _shared->connections) {
         c->stop_reading();
     }
-    auto all = when_all(std::move(done));
-    auto deadline = steady_clock_type::now() + _shared->options.stop_timeout;
-    try {
-        co_await with_timeout(deadline, std::move(all));
-        co_return;
-    } catch (const timed_out_error&) {
-    }
-    rpc_log.info("stop: {} connections still busy after {} ms, aborting them", _shared->connections.size(),
-                 _shared->options.stop_timeout.count());
-    conns = _shared->connections;
-    std::vector<future<>> aborted;
-    for (auto& c : conns) {
-        aborted.push_back(c->finished());
-        c->abort();
-    }
-    // A transport whose abort() cannot cancel a send stuck on a peer that reads nothing would
-    // hold us forever: give up after one more stop_timeout. What is left owns its state (shared
-    // pointers), so the server may go; the connection ends when the transport lets it.
-    try {
-        co_await with_timeout(steady_clock_type::now() + _shared->options.stop_timeout,
-                              when_all(std::move(aborted)));
-    } catch (const timed_out_error&) {
-        rpc_log.warn("stop: {} connections did not end after being aborted; leaving them to the transport",
-                     _shared->connections.size());
+    // The tracker shuts input down, waits stop_timeout, then aborts the sockets. rpc aborts its
+    // side of each connection left at the same deadline (net::server_connections has no abort
+    // hook), so that a serve function waiting for a handler that never finishes returns. The
+    // timer is armed after the tracker's, so the tracker aborts (and counts) first.
+    auto done = _conns.stop(_shared->options.stop_timeout);
+    timer<> deadline([this] { abort_connections(); });
+    deadline.arm(_shared->options.stop_timeout);
+    co_await std::move(done);
+    deadline.cancel();
+    if (_conns.aborted() > 0) {
+        rpc_log.info("stop: aborted {} connections still busy after {} ms", _conns.aborted(),
+                     _shared->options.stop_timeout.count());
     }
 }
 

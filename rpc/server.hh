@@ -3,6 +3,7 @@
 #include "core/future.hh"
 #include "core/gate.hh"
 #include "core/semaphore.hh"
+#include "net/server_connections.hh"
 #include "net/stream.hh"
 #include "net/transport.hh"
 #include "rpc/errors.hh"
@@ -38,6 +39,7 @@ struct server_options {
 struct server_stats {
     uint64_t connections_accepted = 0;   ///< connections served so far
     uint64_t connections_open = 0;       ///< connections open now
+    uint64_t connections_aborted = 0;    ///< connections stop() aborted after stop_timeout
     uint64_t calls = 0;                  ///< requests and one-way calls dispatched
     uint64_t calls_in_flight = 0;        ///< handlers running now
     uint64_t errors_returned = 0;        ///< error replies (handler threw, unknown verb, bad signature)
@@ -94,8 +96,10 @@ public:
     /// Serves `s` (a connection accepted or made elsewhere) until it closes or `stop()`.
     void serve(net::connected_socket s);
     /// Stops accepting, stops reading requests, lets running calls finish and their replies
-    /// drain for `stop_timeout`, then aborts the connections that are left. Resolves in bounded
-    /// time even if a handler never finishes (its late reply is dropped).
+    /// drain for `stop_timeout`, then aborts the connections that are left (through
+    /// `net::server_connections`). Resolves in bounded time even if a handler never finishes or
+    /// a client never reads (late replies are dropped). Call it before destroying a server that
+    /// served anything.
     future<> stop();
 
     /// The address listened on (the port picked when 0 was asked for).
@@ -116,12 +120,13 @@ private:
     template <auto F, typename C>
     void add_handler(C* object);
     void add_entry(uint64_t id, handler_entry e);
-    future<> accept_loop();
+    future<> serve_connection(net::connected_socket s);
+    void abort_connections() noexcept;
 
     net::transport _transport;
     net::server_socket _listener;
     std::shared_ptr<detail::server_shared> _shared;
-    gate _accepting;
+    net::server_connections _conns;
     bool _stopped = false;
 
     friend class detail::server_connection;

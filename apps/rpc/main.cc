@@ -8,6 +8,7 @@
 // Over RDMA (--transport rdma) --host must be the RDMA device's address (rdma_cm refuses
 // loopback).
 
+#include "apps/common/options.hh"
 #include "apps/rpc/rpc_bench.hh"
 #include "core/app.hh"
 #include "core/coroutine.hh"
@@ -26,38 +27,10 @@
 #include <fmt/core.h>
 
 using namespace shoal;
+using shoal::apps::seconds_of;
+using shoal::apps::split;
 
 namespace {
-
-std::vector<std::string> split(const std::string& text) {
-    std::vector<std::string> out;
-    size_t pos = 0;
-    while (pos <= text.size()) {
-        size_t next = text.find(',', pos);
-        if (next == std::string::npos) {
-            next = text.size();
-        }
-        if (next > pos) {
-            out.push_back(text.substr(pos, next - pos));
-        }
-        pos = next + 1;
-    }
-    return out;
-}
-
-double seconds_of(const app& a, const std::string& name) {
-    const std::string text = a.get(name);
-    size_t used = 0;
-    double v = -1;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-    }
-    if (v < 0 || used != text.size()) {
-        throw std::invalid_argument("--" + name + " '" + text + "': expected a number of seconds");
-    }
-    return v;
-}
 
 /// Starts a server on every shard listening on `addr`; returns the address (port picked).
 future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::transport t,
@@ -204,8 +177,8 @@ int main(int argc, char** argv) {
         for (const auto& c : split(a.get("concurrency"))) {
             o.concurrency.push_back(unsigned(parse_size(c)));
         }
-        o.duration = std::chrono::duration<double>(seconds_of(a, "duration"));
-        o.warmup = std::chrono::duration<double>(seconds_of(a, "warmup"));
+        o.duration = seconds_of(a, "duration");
+        o.warmup = seconds_of(a, "warmup");
         o.connections_per_shard = unsigned(a.get_size("connections-per-shard"));
         if (a.get("payload") != "attachment" && a.get("payload") != "string") {
             throw std::invalid_argument("--payload is attachment or string");
