@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include <pthread.h>
 #include <sched.h>
@@ -27,12 +28,44 @@ thread_local unsigned tl_shard_id = 0;
 
 /// The two queues between an ordered pair of shards (source → target): requests travel one
 /// way, the same messages come back as replies. Each side keeps a local backlog so a push never
-/// blocks and batches are published once per poll.
+/// blocks and batches are published once per poll. At most `smp_max_in_flight` calls of the pair
+/// are between submission and completion, so neither ring can overflow: a backlog is always
+/// published whole by the next poll. Calls beyond that wait in `waiting_head..waiting_tail`.
 struct channel {
-    spsc_queue<internal::smp_message*, 256> requests;
-    spsc_queue<internal::smp_message*, 256> replies;
+    static constexpr size_t ring_size = 256;
+    static_assert(smp_max_in_flight <= ring_size, "the in-flight bound keeps the rings from filling");
+    spsc_queue<internal::smp_message*, ring_size> requests;
+    spsc_queue<internal::smp_message*, ring_size> replies;
     std::vector<internal::smp_message*> pending_requests; // touched by the source only
     std::vector<internal::smp_message*> pending_replies;  // touched by the target only
+    unsigned in_flight = 0;                               // source only: submitted, not completed
+    internal::smp_message* waiting_head = nullptr;        // source only: calls waiting for a place
+    internal::smp_message* waiting_tail = nullptr;
+
+    /// Source: sends `m` now if the pair has room, else queues it behind the other waiters.
+    void submit(internal::smp_message* m) {
+        if (in_flight < smp_max_in_flight && !waiting_head) {
+            ++in_flight;
+            pending_requests.push_back(m);
+        } else if (waiting_tail) {
+            waiting_tail->_next_waiting = m;
+            waiting_tail = m;
+        } else {
+            waiting_head = waiting_tail = m;
+        }
+    }
+    /// Source: one call completed; the first waiting call takes its place.
+    void completed() {
+        --in_flight;
+        if (internal::smp_message* m = waiting_head) {
+            waiting_head = std::exchange(m->_next_waiting, nullptr);
+            if (!waiting_head) {
+                waiting_tail = nullptr;
+            }
+            ++in_flight;
+            pending_requests.push_back(m);
+        }
+    }
 };
 
 class engine;
@@ -170,7 +203,13 @@ bool smp_poller::has_incoming() const noexcept {
         if (peer == _shard) {
             continue;
         }
-        if (!_e.chan(peer, _shard).requests.empty() || !_e.chan(_shard, peer).replies.empty()) {
+        auto& in = _e.chan(peer, _shard);
+        auto& out = _e.chan(_shard, peer);
+        if (!in.requests.empty() || !out.replies.empty()) {
+            return true;
+        }
+        // This shard's own backlogs: never sleep holding messages a peer may be waiting for.
+        if (!out.pending_requests.empty() || !in.pending_replies.empty()) {
             return true;
         }
     }
@@ -200,6 +239,8 @@ bool smp_poller::flush() {
             _e.reactor_of(peer).notify_from_other_thread();
             any = true;
         }
+        // Whatever did not fit is still work: the loop must come back to publish it.
+        any |= !out.pending_requests.empty() || !in.pending_replies.empty();
     }
     return any;
 }
@@ -218,9 +259,11 @@ bool smp_poller::poll() {
                 batch[i]->run_on_target();
             }
         }
-        while ((n = _e.chan(_shard, peer).replies.pop(batch, 64)) > 0) {
+        auto& out = _e.chan(_shard, peer);
+        while ((n = out.replies.pop(batch, 64)) > 0) {
             work = true;
             for (size_t i = 0; i < n; ++i) {
+                out.completed();
                 batch[i]->complete_on_source();
             }
         }
@@ -326,7 +369,7 @@ void internal::smp_message::respond() noexcept {
 void internal::smp_submit(unsigned target, smp_message* m) noexcept {
     m->_source = tl_shard_id;
     m->_target = target;
-    g_engine->chan(tl_shard_id, target).pending_requests.push_back(m);
+    g_engine->chan(tl_shard_id, target).submit(m);
 }
 
 future<> stop_requested() {
