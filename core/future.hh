@@ -25,7 +25,15 @@ public:
         : std::logic_error("broken promise") {}
 };
 
+/// How many failed futures were dropped without anybody looking at their exception, in this
+/// process since it started (every shard). Each one is also logged once, as a warning of the
+/// `future` logger naming the exception. Clean runs keep it at zero; tests check that.
+uint64_t ignored_failed_futures() noexcept;
+
 namespace internal {
+
+/// Counts and logs one failure nobody consumed (see `ignored_failed_futures`).
+void report_ignored_failure(const std::exception_ptr& ex) noexcept;
 
 /// Stands in for the value of a `future<void>`.
 struct void_value {};
@@ -52,12 +60,19 @@ public:
     }
     future_state& operator=(future_state&& o) noexcept {
         if (this != &o) {
+            report_if_failed();
             clear();
             new (this) future_state(std::move(o));
         }
         return *this;
     }
-    ~future_state() { clear(); }
+    /// A failure still held here was never looked at: it is reported.
+    ~future_state() {
+        report_if_failed();
+        clear();
+    }
+    /// Drops the result, value or exception, on purpose (no report).
+    void ignore() noexcept { clear(); }
 
     bool available() const noexcept { return _status == status::value || _status == status::exception; }
     bool failed() const noexcept { return _status == status::exception; }
@@ -99,6 +114,11 @@ public:
 
 private:
     enum class status : uint8_t { pending, value, exception };
+    void report_if_failed() noexcept {
+        if (_status == status::exception) [[unlikely]] {
+            report_ignored_failure(_ex);
+        }
+    }
     void clear() noexcept {
         if (_status == status::value) {
             _value.~value_type();
@@ -212,11 +232,14 @@ public:
             resolved();
         }
     }
-    /// Stores an exception and wakes whoever waits.
+    /// Stores an exception and wakes whoever waits. If the future was dropped, nobody will see
+    /// it: it is reported as an ignored failure.
     void set_exception(std::exception_ptr ex) noexcept {
         if (auto* s = _state) {
             s->set_exception(std::move(ex));
             resolved();
+        } else {
+            internal::report_ignored_failure(ex);
         }
     }
     template <typename E>
@@ -248,7 +271,9 @@ private:
 
 /// The consuming side of an asynchronous result of type `T` (`void` allowed). A ready future
 /// holds its value inline; `then` on it runs the function at once without allocating. A pending
-/// future is tied to a promise; chaining on it allocates one continuation at most.
+/// future is tied to a promise; chaining on it allocates one continuation at most. A failed
+/// future destroyed without its exception being consumed (`get`, `then_wrapped`, `co_await`,
+/// `get_exception`, `ignore_ready_future`, ...) is reported once (`ignored_failed_futures`).
 template <typename T>
 class [[nodiscard]] future {
 public:
@@ -311,8 +336,8 @@ public:
     /// Consumes a failed future's exception.
     std::exception_ptr get_exception() noexcept { return _state.take_exception(); }
 
-    /// Marks a ready future as consumed (value or exception ignored on purpose).
-    void ignore_ready_future() noexcept { (void)internal::future_state<T>(std::move(_state)); }
+    /// Marks a ready future as consumed (value or exception ignored on purpose, not reported).
+    void ignore_ready_future() noexcept { _state.ignore(); }
 
     /// Low level: makes `t` run when the result arrives. The future must stay where it is until
     /// then (a coroutine awaiter or a fiber keeps it on its frame).
