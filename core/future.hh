@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/preempt.hh"
 #include "core/task.hh"
 
 #include <cassert>

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/future.hh"
+#include "core/preempt.hh"
 #include "core/timer.hh"
 
 #include <exception>
@@ -111,7 +112,8 @@ future<std::vector<T>> when_all_succeed(std::vector<future<T>> futures) {
 }
 
 /// Calls `func(element)` for every element at once and waits for all of them; fails with the
-/// first exception after all have resolved.
+/// first exception after all have resolved. The calls are all made before it returns (the range
+/// need only live during the call), so they are not preempted; the wait for them is.
 template <typename Range, typename Func>
 future<> parallel_for_each(Range&& range, Func func) {
     std::vector<future<>> pending;
@@ -140,20 +142,13 @@ future<> parallel_for_each(Range&& range, Func func) {
 }
 
 /// Runs `func()` (returning stop_iteration or future<stop_iteration>) until it says yes.
-/// Long runs of ready iterations yield to other tasks now and then.
+/// Ready iterations run back to back until the shard's task quota is used up
+/// (`need_preempt()`); then the loop yields to the reactor, so it cannot starve timers or I/O.
 template <typename Func>
 future<> repeat(Func func) {
-    unsigned ready_in_a_row = 0;
     for (;;) {
+        // A co_await of a ready future yields by itself when need_preempt() is true.
         auto f = futurize_invoke(func);
-        if (f.available()) {
-            if (++ready_in_a_row == 256) {
-                ready_in_a_row = 0;
-                co_await yield();
-            }
-        } else {
-            ready_in_a_row = 0;
-        }
         if (co_await std::move(f) == stop_iteration::yes) {
             co_return;
         }
@@ -161,18 +156,11 @@ future<> repeat(Func func) {
 }
 
 /// Runs `func()` (returning void or future<>) until `stop()` returns true (checked first).
+/// Yields to the reactor whenever the task quota is used up, like `repeat`.
 template <typename Stop, typename Func>
 future<> do_until(Stop stop, Func func) {
-    unsigned ready_in_a_row = 0;
     while (!stop()) {
-        auto f = futurize_invoke(func);
-        if (f.available()) {
-            if (++ready_in_a_row == 256) {
-                ready_in_a_row = 0;
-                co_await yield();
-            }
-        }
-        co_await std::move(f);
+        co_await futurize_invoke(func);
     }
 }
 

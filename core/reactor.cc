@@ -15,6 +15,13 @@
 namespace shoal {
 
 namespace {
+/// The flag `need_preempt()` reads off a shard: never raised.
+std::atomic<bool> never_preempt{false};
+} // namespace
+
+constinit thread_local std::atomic<bool>* internal::preempt_flag = &never_preempt;
+
+namespace {
 thread_local reactor* tl_reactor = nullptr;
 thread_local lowres_clock::time_point tl_lowres_now{};
 logger reactor_log("reactor");
@@ -35,6 +42,7 @@ reactor& local_reactor() noexcept {
 
 void internal::set_local_reactor(reactor* r) noexcept {
     tl_reactor = r;
+    preempt_flag = r ? &r->_preempt : &never_preempt;
     lowres_clock::refresh();
 }
 
@@ -271,10 +279,15 @@ void reactor::run_tasks(unsigned quota) {
         task* t = _tasks.pop_front();
         ++_stats.tasks_run;
         t->run_and_dispose();
+        if (need_preempt()) {
+            ++_stats.preemptions;
+            break;
+        }
     }
 }
 
 bool reactor::poll_once() {
+    _preempt.store(false, std::memory_order_relaxed);
     lowres_clock::refresh();
     bool work = false;
     work |= submit_pending();

@@ -45,8 +45,12 @@ struct reactor_config {
     bool poll_mode = false;
     /// How long an idle reactor keeps polling before it arms its pollers and sleeps.
     std::chrono::microseconds idle_poll{200};
-    /// Tasks run between two rounds of polling.
+    /// Tasks run between two rounds of polling (at most; time may end a round earlier).
     unsigned task_quota = 256;
+    /// Task quota in time: every period the engine raises each running shard's preemption flag
+    /// (`need_preempt()`); the reactor then polls after the running task, and ready `co_await`s
+    /// and the loops of future_util yield. Zero: no time-based preemption.
+    std::chrono::microseconds task_quota_time{500};
     /// Submission queue entries of the shard's io_uring ring.
     unsigned ring_entries = 1024;
 };
@@ -61,6 +65,7 @@ struct reactor_stats {
     uint64_t io_completed = 0;   ///< CQEs processed
     uint64_t io_enter_calls = 0; ///< io_uring_enter system calls made to submit or reap
     uint64_t timers_fired = 0;   ///< timer expirations handled
+    uint64_t preemptions = 0;    ///< task rounds cut short by the time quota (need_preempt())
 };
 
 class timer_base;
@@ -68,6 +73,11 @@ class timer_base;
 /// One shard's event loop: runs tasks, polls io_uring completions, registered pollers and
 /// timers, and sleeps in io_uring when there is nothing to do. Everything it owns is touched
 /// only by its own thread; `wake()` is the one call other threads may make.
+class reactor;
+namespace internal {
+void set_local_reactor(reactor* r) noexcept;
+}
+
 class reactor {
 public:
     reactor(unsigned shard_id, const reactor_config& cfg);
@@ -108,6 +118,14 @@ public:
 
     /// Wakes this reactor if it sleeps. Safe from any thread; cheap when it is awake.
     void wake() noexcept;
+    /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
+    /// thread: the engine's ticker calls it every task-quota period.
+    void request_preempt() noexcept {
+        if (!_sleeping.load(std::memory_order_relaxed)) {
+            _preempt.store(true, std::memory_order_relaxed);
+        }
+    }
+
     /// Marks this reactor as having work posted by another thread, then wakes it if needed.
     /// Callers publish their work first; this provides the fence that pairs with the sleep check.
     void notify_from_other_thread() noexcept;
@@ -125,6 +143,7 @@ public:
     io_uring& ring() noexcept { return _ring; }
 
 private:
+    friend void internal::set_local_reactor(reactor* r) noexcept;
     class wakeup_reader;
     bool poll_once();
     bool reap_completions();
@@ -147,6 +166,7 @@ private:
     wakeup_reader* _wakeup = nullptr;
     std::function<bool()> _pending_work_check;
     alignas(64) std::atomic<bool> _sleeping{false};
+    alignas(64) std::atomic<bool> _preempt{false}; // the flag need_preempt() reads on this shard
 };
 
 /// The reactor of the calling thread; only valid on a shard.

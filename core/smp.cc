@@ -5,6 +5,7 @@
 #include "core/spsc_queue.hh"
 
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <memory>
@@ -102,6 +103,10 @@ public:
         _reactors.resize(_n, nullptr);
     }
 
+    ~engine() { stop_ticker(); }
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
+
     channel& chan(unsigned from, unsigned to) { return *_channels[size_t(from) * _n + to]; }
     unsigned size() const noexcept { return _n; }
     reactor& reactor_of(unsigned shard) { return *_reactors[shard]; }
@@ -156,6 +161,9 @@ public:
         }
         sp.poll();
         r.unregister_poller(&sp);
+        if (id == 0) {
+            stop_ticker(); // before any reactor goes away (the others wait for shard 0 below)
+        }
         _finished.fetch_add(1, std::memory_order_acq_rel);
         while (_finished.load(std::memory_order_acquire) < _n) {
             std::this_thread::yield();
@@ -178,6 +186,37 @@ public:
         return _start_error;
     }
 
+    /// Starts the thread that raises every running shard's preemption flag once per task-quota
+    /// period. Started before any shard is pinned, so it may run on any CPU of the process.
+    void start_ticker() {
+        auto period = _opts.reactor.task_quota_time;
+        if (period.count() <= 0) {
+            return;
+        }
+        _ticker = std::thread([this, period] {
+            std::unique_lock lock(_ticker_lock);
+            while (!_ticker_stop) {
+                _ticker_wake.wait_for(lock, period);
+                if (_started.load(std::memory_order_acquire) < _n || _start_aborted.load()) {
+                    continue; // the reactors are not all there yet
+                }
+                for (reactor* r : _reactors) {
+                    r->request_preempt();
+                }
+            }
+        });
+    }
+    void stop_ticker() {
+        if (_ticker.joinable()) {
+            {
+                std::lock_guard g(_ticker_lock);
+                _ticker_stop = true;
+            }
+            _ticker_wake.notify_one();
+            _ticker.join();
+        }
+    }
+
     int exit_code = 0;
     int signal_exit_code = 0;
     std::vector<promise<>> stop_waiters;
@@ -196,6 +235,10 @@ private:
     std::atomic<unsigned> _stopped{0};
     std::atomic<unsigned> _drained{0};
     std::atomic<unsigned> _finished{0};
+    std::thread _ticker;
+    std::mutex _ticker_lock;
+    std::condition_variable _ticker_wake;
+    bool _ticker_stop = false;
 };
 
 bool smp_poller::has_incoming() const noexcept {
@@ -447,6 +490,7 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     g_shard_count = opts.smp;
     std::vector<std::thread> threads;
     try {
+        e.start_ticker();
         if (opts.pin) {
             pin_to(cpus[0]);
         }
@@ -486,6 +530,7 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     for (auto& t : threads) {
         t.join();
     }
+    e.stop_ticker(); // already stopped by shard 0 unless the shards never ran
     if (signals && signals->pending()) {
         (void)signals.release(); // the ring is gone; the kernel no longer writes to it
     }
