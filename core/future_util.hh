@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/preempt.hh"
 #include "core/timer.hh"
@@ -242,7 +243,8 @@ private:
 } // namespace internal
 
 /// Resolves like `f`, or fails with `timed_out_error` once `deadline` passes. The operation
-/// behind `f` is not cancelled; its late result is dropped.
+/// behind `f` is not cancelled; its late result is dropped. To really cancel it, pass a function
+/// that takes an `abort_source&` instead (below).
 template <typename T, typename Clock = steady_clock_type>
 future<T> with_timeout(typename Clock::time_point deadline, future<T> f) {
     if (f.available()) {
@@ -258,6 +260,29 @@ future<T> with_timeout(typename Clock::time_point deadline, future<T> f) {
     auto result = race->get_future();
     (void)std::move(f).then_wrapped([race](future<T> r) { race->finish(std::move(r)); });
     return result;
+}
+
+/// Runs `func(as)` with an abort_source that is aborted with `timed_out_error` when `deadline`
+/// passes: an operation that honours `as` (sleep_abortable, semaphore::wait(as, n), transports'
+/// operations that take one) is really cancelled and fails with `timed_out_error`. The returned
+/// future resolves when `func`'s does (an operation that ignores `as` runs to completion); `as`
+/// lives until then.
+template <typename Func>
+requires std::is_invocable_v<Func, abort_source&>
+auto with_timeout(steady_clock_type::time_point deadline, Func func)
+    -> futurize_t<std::invoke_result_t<Func, abort_source&>> {
+    struct cancellation {
+        abort_source as;
+        timer<> deadline_timer;
+    };
+    auto c = std::make_unique<cancellation>();
+    c->deadline_timer.set_callback([as = &c->as] { as->request_abort_ex(timed_out_error()); });
+    c->deadline_timer.arm(deadline);
+    auto f = futurize_invoke(func, c->as);
+    if (f.available()) {
+        return f;
+    }
+    return std::move(f).finally([c = std::move(c)] {});
 }
 
 } // namespace shoal

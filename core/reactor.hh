@@ -2,6 +2,7 @@
 
 #include "core/clock.hh"
 #include "core/future.hh"
+#include "core/scheduling.hh"
 #include "core/task.hh"
 
 #include <atomic>
@@ -90,8 +91,15 @@ public:
     const reactor_config& config() const noexcept { return _cfg; }
     const reactor_stats& stats() const noexcept { return _stats; }
 
-    /// Queues a task to run on this reactor (no allocation).
-    void add_task(task* t) noexcept { _tasks.push_back(t); }
+    /// Queues a task to run on this reactor, in its scheduling group's queue (no allocation).
+    void add_task(task* t) noexcept {
+        unsigned g = t->scheduling_group_id();
+        _queues[g].push_back(t);
+        _active |= 1u << g;
+    }
+    /// CPU time the tasks of scheduling group `sg` have had on this shard, divided by its shares
+    /// (counted only while several groups had tasks).
+    double group_vruntime(scheduling_group sg) const noexcept { return _vruntime[sg.id()]; }
 
     /// Returns a free SQE (submitting queued ones first if the ring is full). Fill it and set
     /// its user_data to an `io_completion*`; it is submitted with the loop's next batch.
@@ -151,12 +159,16 @@ private:
     bool fire_timers();
     void sleep();
     void run_tasks(unsigned quota);
+    unsigned pick_group() noexcept;
     void cancel_all_io();
 
     unsigned _shard_id;
     reactor_config _cfg;
     reactor_stats _stats;
-    task_queue _tasks;
+    task_queue _queues[max_scheduling_groups]; // one per scheduling group
+    uint32_t _active = 0;                      // bit g: queue g has tasks
+    uint32_t _was_active = 0;                  // groups that had tasks at the last contested pick
+    double _vruntime[max_scheduling_groups] = {};
     io_uring _ring;
     bool _stopping = false;
     uint64_t _io_in_flight = 0;
