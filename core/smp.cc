@@ -1,5 +1,6 @@
 #include "core/smp.hh"
 
+#include "core/cpu_claim.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
 #include "core/spsc_queue.hh"
@@ -460,6 +461,19 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     auto cpus = opts.cpuset.empty() ? allowed_cpus() : opts.cpuset;
     if (opts.smp == 0) {
         opts.smp = unsigned(cpus.size());
+    }
+    // Default placement: CPUs no other shoal process holds. A shard left on a CPU that may be
+    // shared does not spin when idle: spinning would steal the CPU from the other process.
+    cpu_claims claims;
+    if (opts.pin && opts.cpuset.empty()) {
+        claims = cpu_claims::claim(cpus, opts.smp);
+        cpus = claims.cpus();
+        if (claims.shared()) {
+            smp_log.warn("not enough CPUs free of other shoal processes for {} shards: sharing CPUs and "
+                         "not polling when idle; choose CPUs with --cpuset (lock files in {})",
+                         opts.smp, cpu_lock_dir());
+            opts.reactor.idle_poll = std::chrono::microseconds(0);
+        }
     }
     if (cpus.size() < opts.smp) {
         if (opts.pin && !given.cpuset.empty()) {

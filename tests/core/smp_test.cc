@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -26,6 +27,29 @@ using namespace std::chrono_literals;
 using shoal::testing::run_in_shards;
 
 namespace {
+
+/// Default placement claims CPUs against other shoal processes (core/cpu_claim.hh): these
+/// tests use a private lock directory so that other programs on the machine cannot move them.
+class private_cpu_locks final : public ::testing::Environment {
+public:
+    void SetUp() override {
+        char tmpl[] = "/tmp/shoal-smp-test-XXXXXX";
+        if (const char* dir = ::mkdtemp(tmpl)) {
+            _dir = dir;
+            ::setenv("SHOAL_CPU_LOCK_DIR", dir, 1);
+        }
+    }
+    void TearDown() override {
+        if (!_dir.empty()) {
+            std::string cmd = "rm -rf '" + _dir + "'";
+            EXPECT_EQ(std::system(cmd.c_str()), 0);
+        }
+    }
+
+private:
+    std::string _dir;
+};
+[[maybe_unused]] auto* const cpu_locks_env = ::testing::AddGlobalTestEnvironment(new private_cpu_locks);
 
 /// CPUs the calling thread may run on.
 std::vector<unsigned> thread_cpus() {
