@@ -68,7 +68,7 @@ public:
         return *this;
     }
     /// A failure still held here was never looked at: it is reported.
-    ~future_state() {
+    [[gnu::always_inline]] ~future_state() {
         report_if_failed();
         clear();
     }
@@ -90,7 +90,7 @@ public:
         _status = status::exception;
     }
     /// Moves the value out; the state must hold a value.
-    value_type take_value() noexcept {
+    [[gnu::always_inline]] value_type take_value() noexcept {
         assert(_status == status::value);
         value_type v(std::move(_value));
         clear();
@@ -104,7 +104,7 @@ public:
         return ex;
     }
     /// Returns the value or rethrows the exception, consuming the state.
-    value_type take() {
+    [[gnu::always_inline]] value_type take() {
         if (_status == status::exception) {
             std::rethrow_exception(take_exception());
         }
@@ -117,10 +117,17 @@ private:
     enum class status : uint8_t { pending, value, exception };
     void report_if_failed() noexcept {
         if (_status == status::exception) [[unlikely]] {
-            report_ignored_failure(_ex);
+            report_dropped();
         }
     }
-    void clear() noexcept {
+    /// Out of line and cold, so that the checks above keep futures' moves and destructors small
+    /// enough to be inlined on hot paths.
+    [[gnu::cold, gnu::noinline]] void report_dropped() noexcept {
+        report_ignored_failure(_ex);
+        _ex.~exception_ptr();
+        _status = status::pending;
+    }
+    [[gnu::always_inline]] void clear() noexcept {
         if (_status == status::value) {
             _value.~value_type();
         } else if (_status == status::exception) {
@@ -280,7 +287,7 @@ class [[nodiscard]] future {
 public:
     using value_type = internal::stored_type<T>;
 
-    future(future&& o) noexcept
+    [[gnu::always_inline]] future(future&& o) noexcept
         : _state(std::move(o._state))
         , _promise(o._promise) {
         if (_promise) {
@@ -298,7 +305,7 @@ public:
     }
     future(const future&) = delete;
     future& operator=(const future&) = delete;
-    ~future() { detach_promise(); }
+    [[gnu::always_inline]] ~future() { detach_promise(); }
 
     /// True when the result (a value or an exception) is here.
     bool available() const noexcept { return _state.available(); }
