@@ -6,9 +6,13 @@
 // Every benchmark runs on shard 0 (submit_to goes to shard 1). The iteration count of each is
 // grown until one run lasts --min-time-ms; then --repetitions runs are timed and the median,
 // min and max ns/op reported, as a table or, with --json, as JSON on stdout.
+#include "core/abort_source.hh"
 #include "core/app.hh"
+#include "core/foreign_ptr.hh"
 #include "core/future_util.hh"
+#include "core/preempt.hh"
 #include "core/reactor.hh"
+#include "core/scheduling.hh"
 #include "core/smp.hh"
 #include "core/thread.hh"
 #include "core/timer.hh"
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -185,6 +190,74 @@ future<> sleep_zero(uint64_t n) {
     }
 }
 
+future<> need_preempt_check(uint64_t n) {
+    // The check long loops make every iteration: one load of a shard-local flag.
+    uint64_t raised = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        raised += need_preempt() ? 1 : opaque(0);
+    }
+    keep(raised);
+    return make_ready_future<>();
+}
+
+future<> abort_source_subscribe(uint64_t n) {
+    // What a cancellable operation pays when it finishes first: subscribe, then unsubscribe.
+    abort_source as;
+    for (uint64_t i = 0; i < n; ++i) {
+        auto sub = as.subscribe([](const std::exception_ptr&) {});
+        keep(bool(sub));
+    }
+    return make_ready_future<>();
+}
+
+future<> abort_source_abort(uint64_t n) {
+    // A source with one subscriber, aborted: the callback runs once.
+    uint64_t called = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        abort_source as;
+        auto sub = as.subscribe([&called](const std::exception_ptr&) { ++called; });
+        as.request_abort_ex(std::exception_ptr());
+    }
+    keep(called);
+    return make_ready_future<>();
+}
+
+future<> foreign_ptr_drop_remote(uint64_t n) {
+    // An object made on shard 1 and dropped on shard 0: the pointer travels home with
+    // submit_to and is freed there (time per object, 64 drops in flight).
+    constexpr uint64_t batch = 64;
+    for (uint64_t done = 0; done < n; done += batch) {
+        uint64_t k = std::min(batch, n - done);
+        auto made = co_await submit_to(1, [k] {
+            std::vector<foreign_ptr<std::unique_ptr<uint64_t>>> v;
+            v.reserve(k);
+            for (uint64_t i = 0; i < k; ++i) {
+                v.push_back(make_foreign(std::make_unique<uint64_t>(i)));
+            }
+            return v;
+        });
+        made.clear(); // k frees sent home
+    }
+}
+
+future<> sched_group_switch(uint64_t n) {
+    // Two groups with tasks: each yield goes to its own group's queue and the reactor picks the
+    // group that had the least CPU per share (two clock reads per pick).
+    static scheduling_group other = create_scheduling_group("bench", 1000);
+    bool stop = false;
+    auto spinner = [](const bool& stop) -> future<> {
+        while (!stop) {
+            co_await yield();
+        }
+    };
+    auto background = with_scheduling_group(other, [&] { return spinner(stop); });
+    for (uint64_t i = 0; i < n; ++i) {
+        co_await yield();
+    }
+    stop = true;
+    co_await std::move(background);
+}
+
 std::vector<benchmark> all_benchmarks() {
     return {
         {"then_ready", "then() on a ready future (runs inline, no allocation)", then_ready},
@@ -199,6 +272,14 @@ std::vector<benchmark> all_benchmarks() {
          true},
         {"timer_arm_fire", "timer<> armed for now, fired by the reactor, coroutine resumed", timer_arm_fire},
         {"sleep_zero", "sleep(0): allocate a timer, fire it, resume", sleep_zero},
+        {"need_preempt", "need_preempt() check in a loop", need_preempt_check},
+        {"abort_subscribe", "abort_source subscribe + unsubscribe (operation finished first)",
+         abort_source_subscribe},
+        {"abort_request", "abort_source with one subscriber aborted", abort_source_abort},
+        {"foreign_ptr_drop", "foreign_ptr made on shard 1, dropped on shard 0, freed at home (per object)",
+         foreign_ptr_drop_remote, true},
+        {"sched_group_yield", "yield() while another scheduling group has tasks (per yield, both groups)",
+         sched_group_switch},
     };
 }
 

@@ -79,6 +79,23 @@ uint64_t parse_size(const std::string& text) {
     throw std::invalid_argument("'" + text + "': unknown size suffix '" + suffix + "'");
 }
 
+namespace {
+/// Parses a non-negative number of milliseconds ("0.5", "2") into microseconds.
+std::chrono::microseconds parse_milliseconds(const std::string& option, const std::string& text) {
+    size_t used = 0;
+    double ms = -1;
+    try {
+        ms = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != text.size() || text.empty() || !(ms >= 0) || ms > 1e6) {
+        throw std::invalid_argument("--" + option + ": '" + text + "' is not a number of milliseconds");
+    }
+    return std::chrono::microseconds(int64_t(ms * 1000));
+}
+} // namespace
+
 app::app(std::string name, std::string description)
     : _name(std::move(name))
     , _description(std::move(description)) {
@@ -87,6 +104,7 @@ app::app(std::string name, std::string description)
     add_flag("poll-mode", "never sleep: poll continuously even when idle");
     add_option("idle-poll-us", "microseconds an idle shard keeps polling before it sleeps", "200");
     add_option("task-quota", "tasks a shard runs between two polls", "256");
+    add_option("task-quota-ms", "time a shard runs tasks before it polls (need_preempt); 0: no limit", "0.5");
     add_option("log-level", "error, warn, info, debug or trace", "info");
     add_option("logger-log-level", "per-logger levels, e.g. reactor=debug,tcp=trace");
     add_flag("no-pin", "do not pin shards to CPUs");
@@ -206,6 +224,7 @@ void app::apply_common() {
     if (_smp.reactor.task_quota == 0) {
         throw std::invalid_argument("--task-quota must be at least 1");
     }
+    _smp.reactor.task_quota_time = parse_milliseconds("task-quota-ms", get("task-quota-ms"));
     logging::set_default_level(parse_log_level(get("log-level")));
     if (has("logger-log-level")) {
         logging::apply_levels(get("logger-log-level"));

@@ -12,7 +12,7 @@
 namespace shoal {
 
 /// The command line of a shoal program: the common options (`--smp`, `--cpuset`,
-/// `--poll-mode`, `--idle-poll-us`, `--task-quota`, `--log-level`, `--logger-log-level`,
+/// `--poll-mode`, `--idle-poll-us`, `--task-quota`, `--task-quota-ms`, `--log-level`, `--logger-log-level`,
 /// `--help`) plus the program's own, declared with `add_option`/`add_flag`. Values are
 /// `--name value` or `--name=value`; words that are not options are positional arguments.
 class app {

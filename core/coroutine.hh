@@ -48,21 +48,28 @@ public:
     void return_void() noexcept { this->_promise.set_value(); }
 };
 
-/// Awaits a future: a ready one resumes at once; a pending one parks the coroutine's task as
-/// the promise's waiter.
+/// Awaits a future: a ready one resumes at once, unless the shard's task quota is used up
+/// (`need_preempt()`): then the coroutine is queued behind the shard's other tasks and resumes
+/// after the reactor polled. A pending one parks the coroutine's task as the promise's waiter.
 template <typename T>
 class future_awaiter {
 public:
     explicit future_awaiter(future<T>&& f) noexcept
         : _f(std::move(f)) {}
-    bool await_ready() const noexcept { return _f.available(); }
+    bool await_ready() const noexcept { return _f.available() && !need_preempt(); }
     template <typename P>
     void await_suspend(std::coroutine_handle<P> h) noexcept {
+        task* t;
         if constexpr (std::is_base_of_v<task, P>) {
-            _f.set_waiter(h.promise());
+            t = &h.promise();
         } else {
             _resume = resume_task{h};
-            _f.set_waiter(_resume);
+            t = &_resume;
+        }
+        if (_f.available()) {
+            schedule(t); // preempted: resume after the queued tasks and a poll
+        } else {
+            _f.set_waiter(*t);
         }
     }
     T await_resume() {

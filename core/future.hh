@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/preempt.hh"
 #include "core/task.hh"
 
 #include <cassert>
@@ -25,7 +26,15 @@ public:
         : std::logic_error("broken promise") {}
 };
 
+/// How many failed futures were dropped without anybody looking at their exception, in this
+/// process since it started (every shard). Each one is also logged once, as a warning of the
+/// `future` logger naming the exception. Clean runs keep it at zero; tests check that.
+uint64_t ignored_failed_futures() noexcept;
+
 namespace internal {
+
+/// Counts and logs one failure nobody consumed (see `ignored_failed_futures`).
+void report_ignored_failure(const std::exception_ptr& ex) noexcept;
 
 /// Stands in for the value of a `future<void>`.
 struct void_value {};
@@ -52,12 +61,19 @@ public:
     }
     future_state& operator=(future_state&& o) noexcept {
         if (this != &o) {
+            report_if_failed();
             clear();
             new (this) future_state(std::move(o));
         }
         return *this;
     }
-    ~future_state() { clear(); }
+    /// A failure still held here was never looked at: it is reported.
+    [[gnu::always_inline]] ~future_state() {
+        report_if_failed();
+        clear();
+    }
+    /// Drops the result, value or exception, on purpose (no report).
+    void ignore() noexcept { clear(); }
 
     bool available() const noexcept { return _status == status::value || _status == status::exception; }
     bool failed() const noexcept { return _status == status::exception; }
@@ -74,7 +90,7 @@ public:
         _status = status::exception;
     }
     /// Moves the value out; the state must hold a value.
-    value_type take_value() noexcept {
+    [[gnu::always_inline]] value_type take_value() noexcept {
         assert(_status == status::value);
         value_type v(std::move(_value));
         clear();
@@ -88,7 +104,7 @@ public:
         return ex;
     }
     /// Returns the value or rethrows the exception, consuming the state.
-    value_type take() {
+    [[gnu::always_inline]] value_type take() {
         if (_status == status::exception) {
             std::rethrow_exception(take_exception());
         }
@@ -99,7 +115,19 @@ public:
 
 private:
     enum class status : uint8_t { pending, value, exception };
-    void clear() noexcept {
+    void report_if_failed() noexcept {
+        if (_status == status::exception) [[unlikely]] {
+            report_dropped();
+        }
+    }
+    /// Out of line and cold, so that the checks above keep futures' moves and destructors small
+    /// enough to be inlined on hot paths.
+    [[gnu::cold, gnu::noinline]] void report_dropped() noexcept {
+        report_ignored_failure(_ex);
+        _ex.~exception_ptr();
+        _status = status::pending;
+    }
+    [[gnu::always_inline]] void clear() noexcept {
         if (_status == status::value) {
             _value.~value_type();
         } else if (_status == status::exception) {
@@ -212,11 +240,14 @@ public:
             resolved();
         }
     }
-    /// Stores an exception and wakes whoever waits.
+    /// Stores an exception and wakes whoever waits. If the future was dropped, nobody will see
+    /// it: it is reported as an ignored failure.
     void set_exception(std::exception_ptr ex) noexcept {
         if (auto* s = _state) {
             s->set_exception(std::move(ex));
             resolved();
+        } else {
+            internal::report_ignored_failure(ex);
         }
     }
     template <typename E>
@@ -248,13 +279,15 @@ private:
 
 /// The consuming side of an asynchronous result of type `T` (`void` allowed). A ready future
 /// holds its value inline; `then` on it runs the function at once without allocating. A pending
-/// future is tied to a promise; chaining on it allocates one continuation at most.
+/// future is tied to a promise; chaining on it allocates one continuation at most. A failed
+/// future destroyed without its exception being consumed (`get`, `then_wrapped`, `co_await`,
+/// `get_exception`, `ignore_ready_future`, ...) is reported once (`ignored_failed_futures`).
 template <typename T>
 class [[nodiscard]] future {
 public:
     using value_type = internal::stored_type<T>;
 
-    future(future&& o) noexcept
+    [[gnu::always_inline]] future(future&& o) noexcept
         : _state(std::move(o._state))
         , _promise(o._promise) {
         if (_promise) {
@@ -272,7 +305,7 @@ public:
     }
     future(const future&) = delete;
     future& operator=(const future&) = delete;
-    ~future() { detach_promise(); }
+    [[gnu::always_inline]] ~future() { detach_promise(); }
 
     /// True when the result (a value or an exception) is here.
     bool available() const noexcept { return _state.available(); }
@@ -311,8 +344,8 @@ public:
     /// Consumes a failed future's exception.
     std::exception_ptr get_exception() noexcept { return _state.take_exception(); }
 
-    /// Marks a ready future as consumed (value or exception ignored on purpose).
-    void ignore_ready_future() noexcept { (void)internal::future_state<T>(std::move(_state)); }
+    /// Marks a ready future as consumed (value or exception ignored on purpose, not reported).
+    void ignore_ready_future() noexcept { _state.ignore(); }
 
     /// Low level: makes `t` run when the result arrives. The future must stay where it is until
     /// then (a coroutine awaiter or a fiber keeps it on its frame).

@@ -1,6 +1,8 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
+#include "core/preempt.hh"
 #include "core/timer.hh"
 
 #include <exception>
@@ -111,7 +113,8 @@ future<std::vector<T>> when_all_succeed(std::vector<future<T>> futures) {
 }
 
 /// Calls `func(element)` for every element at once and waits for all of them; fails with the
-/// first exception after all have resolved.
+/// first exception after all have resolved. The calls are all made before it returns (the range
+/// need only live during the call), so they are not preempted; the wait for them is.
 template <typename Range, typename Func>
 future<> parallel_for_each(Range&& range, Func func) {
     std::vector<future<>> pending;
@@ -140,20 +143,13 @@ future<> parallel_for_each(Range&& range, Func func) {
 }
 
 /// Runs `func()` (returning stop_iteration or future<stop_iteration>) until it says yes.
-/// Long runs of ready iterations yield to other tasks now and then.
+/// Ready iterations run back to back until the shard's task quota is used up
+/// (`need_preempt()`); then the loop yields to the reactor, so it cannot starve timers or I/O.
 template <typename Func>
 future<> repeat(Func func) {
-    unsigned ready_in_a_row = 0;
     for (;;) {
+        // A co_await of a ready future yields by itself when need_preempt() is true.
         auto f = futurize_invoke(func);
-        if (f.available()) {
-            if (++ready_in_a_row == 256) {
-                ready_in_a_row = 0;
-                co_await yield();
-            }
-        } else {
-            ready_in_a_row = 0;
-        }
         if (co_await std::move(f) == stop_iteration::yes) {
             co_return;
         }
@@ -161,18 +157,11 @@ future<> repeat(Func func) {
 }
 
 /// Runs `func()` (returning void or future<>) until `stop()` returns true (checked first).
+/// Yields to the reactor whenever the task quota is used up, like `repeat`.
 template <typename Stop, typename Func>
 future<> do_until(Stop stop, Func func) {
-    unsigned ready_in_a_row = 0;
     while (!stop()) {
-        auto f = futurize_invoke(func);
-        if (f.available()) {
-            if (++ready_in_a_row == 256) {
-                ready_in_a_row = 0;
-                co_await yield();
-            }
-        }
-        co_await std::move(f);
+        co_await futurize_invoke(func);
     }
 }
 
@@ -254,7 +243,8 @@ private:
 } // namespace internal
 
 /// Resolves like `f`, or fails with `timed_out_error` once `deadline` passes. The operation
-/// behind `f` is not cancelled; its late result is dropped.
+/// behind `f` is not cancelled; its late result is dropped. To really cancel it, pass a function
+/// that takes an `abort_source&` instead (below).
 template <typename T, typename Clock = steady_clock_type>
 future<T> with_timeout(typename Clock::time_point deadline, future<T> f) {
     if (f.available()) {
@@ -270,6 +260,29 @@ future<T> with_timeout(typename Clock::time_point deadline, future<T> f) {
     auto result = race->get_future();
     (void)std::move(f).then_wrapped([race](future<T> r) { race->finish(std::move(r)); });
     return result;
+}
+
+/// Runs `func(as)` with an abort_source that is aborted with `timed_out_error` when `deadline`
+/// passes: an operation that honours `as` (sleep_abortable, semaphore::wait(as, n), transports'
+/// operations that take one) is really cancelled and fails with `timed_out_error`. The returned
+/// future resolves when `func`'s does (an operation that ignores `as` runs to completion); `as`
+/// lives until then.
+template <typename Func>
+requires std::is_invocable_v<Func, abort_source&>
+auto with_timeout(steady_clock_type::time_point deadline, Func func)
+    -> futurize_t<std::invoke_result_t<Func, abort_source&>> {
+    struct cancellation {
+        abort_source as;
+        timer<> deadline_timer;
+    };
+    auto c = std::make_unique<cancellation>();
+    c->deadline_timer.set_callback([as = &c->as] { as->request_abort_ex(timed_out_error()); });
+    c->deadline_timer.arm(deadline);
+    auto f = futurize_invoke(func, c->as);
+    if (f.available()) {
+        return f;
+    }
+    return std::move(f).finally([c = std::move(c)] {});
 }
 
 } // namespace shoal

@@ -15,6 +15,13 @@
 namespace shoal {
 
 namespace {
+/// The flag `need_preempt()` reads off a shard: never raised.
+std::atomic<bool> never_preempt{false};
+} // namespace
+
+constinit thread_local std::atomic<bool>* internal::preempt_flag = &never_preempt;
+
+namespace {
 thread_local reactor* tl_reactor = nullptr;
 thread_local lowres_clock::time_point tl_lowres_now{};
 logger reactor_log("reactor");
@@ -35,6 +42,7 @@ reactor& local_reactor() noexcept {
 
 void internal::set_local_reactor(reactor* r) noexcept {
     tl_reactor = r;
+    preempt_flag = r ? &r->_preempt : &never_preempt;
     lowres_clock::refresh();
 }
 
@@ -267,14 +275,73 @@ bool reactor::fire_timers() {
 // --- the loop
 
 void reactor::run_tasks(unsigned quota) {
-    while (quota-- && !_tasks.empty()) {
-        task* t = _tasks.pop_front();
-        ++_stats.tasks_run;
-        t->run_and_dispose();
+    while (quota && _active) {
+        // One group with tasks (the common case): no choice, no clock read.
+        bool contested = (_active & (_active - 1)) != 0;
+        unsigned g = contested ? pick_group() : unsigned(__builtin_ctz(_active));
+        steady_clock_type::time_point start;
+        if (contested) {
+            start = steady_clock_type::now();
+        }
+        internal::current_scheduling_group_id = g;
+        task_queue& q = _queues[g];
+        bool preempted = false;
+        while (quota && !q.empty()) {
+            --quota;
+            task* t = q.pop_front();
+            ++_stats.tasks_run;
+            t->run_and_dispose();
+            if (need_preempt()) {
+                preempted = true;
+                break;
+            }
+        }
+        if (q.empty()) {
+            _active &= ~(1u << g);
+        }
+        if (contested) {
+            auto ns = std::chrono::duration<double, std::nano>(steady_clock_type::now() - start).count();
+            _vruntime[g] += ns / double(internal::scheduling_group_shares(g));
+        }
+        if (preempted) {
+            ++_stats.preemptions;
+            break;
+        }
     }
+    internal::current_scheduling_group_id = 0;
+}
+
+unsigned reactor::pick_group() noexcept {
+    // A group that just got tasks does not bank the time it spent idle: it starts level with the
+    // least-served group that kept running, as in CFS.
+    uint32_t fresh = _active & ~_was_active;
+    uint32_t kept = _active & _was_active;
+    if (fresh && kept) {
+        double floor = 0;
+        bool first = true;
+        for (uint32_t m = kept; m; m &= m - 1) {
+            unsigned g = unsigned(__builtin_ctz(m));
+            floor = first ? _vruntime[g] : std::min(floor, _vruntime[g]);
+            first = false;
+        }
+        for (uint32_t m = fresh; m; m &= m - 1) {
+            unsigned g = unsigned(__builtin_ctz(m));
+            _vruntime[g] = std::max(_vruntime[g], floor);
+        }
+    }
+    _was_active = _active;
+    unsigned best = unsigned(__builtin_ctz(_active));
+    for (uint32_t m = _active & (_active - 1); m; m &= m - 1) {
+        unsigned g = unsigned(__builtin_ctz(m));
+        if (_vruntime[g] < _vruntime[best]) {
+            best = g;
+        }
+    }
+    return best;
 }
 
 bool reactor::poll_once() {
+    _preempt.store(false, std::memory_order_relaxed);
     lowres_clock::refresh();
     bool work = false;
     work |= submit_pending();
@@ -340,11 +407,11 @@ void reactor::sleep() {
 void reactor::run() {
     auto idle_since = steady_clock_type::now();
     bool idle = false;
-    while (!_stopping || !_tasks.empty()) {
+    while (!_stopping || _active) {
         ++_stats.loops;
         run_tasks(_cfg.task_quota);
         bool work = poll_once();
-        if (work || !_tasks.empty()) {
+        if (work || _active) {
             idle = false;
             continue;
         }

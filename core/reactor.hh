@@ -2,6 +2,7 @@
 
 #include "core/clock.hh"
 #include "core/future.hh"
+#include "core/scheduling.hh"
 #include "core/task.hh"
 
 #include <atomic>
@@ -45,8 +46,12 @@ struct reactor_config {
     bool poll_mode = false;
     /// How long an idle reactor keeps polling before it arms its pollers and sleeps.
     std::chrono::microseconds idle_poll{200};
-    /// Tasks run between two rounds of polling.
+    /// Tasks run between two rounds of polling (at most; time may end a round earlier).
     unsigned task_quota = 256;
+    /// Task quota in time: every period the engine raises each running shard's preemption flag
+    /// (`need_preempt()`); the reactor then polls after the running task, and ready `co_await`s
+    /// and the loops of future_util yield. Zero: no time-based preemption.
+    std::chrono::microseconds task_quota_time{500};
     /// Submission queue entries of the shard's io_uring ring.
     unsigned ring_entries = 1024;
 };
@@ -61,6 +66,7 @@ struct reactor_stats {
     uint64_t io_completed = 0;   ///< CQEs processed
     uint64_t io_enter_calls = 0; ///< io_uring_enter system calls made to submit or reap
     uint64_t timers_fired = 0;   ///< timer expirations handled
+    uint64_t preemptions = 0;    ///< task rounds cut short by the time quota (need_preempt())
 };
 
 class timer_base;
@@ -68,6 +74,11 @@ class timer_base;
 /// One shard's event loop: runs tasks, polls io_uring completions, registered pollers and
 /// timers, and sleeps in io_uring when there is nothing to do. Everything it owns is touched
 /// only by its own thread; `wake()` is the one call other threads may make.
+class reactor;
+namespace internal {
+void set_local_reactor(reactor* r) noexcept;
+}
+
 class reactor {
 public:
     reactor(unsigned shard_id, const reactor_config& cfg);
@@ -80,8 +91,15 @@ public:
     const reactor_config& config() const noexcept { return _cfg; }
     const reactor_stats& stats() const noexcept { return _stats; }
 
-    /// Queues a task to run on this reactor (no allocation).
-    void add_task(task* t) noexcept { _tasks.push_back(t); }
+    /// Queues a task to run on this reactor, in its scheduling group's queue (no allocation).
+    void add_task(task* t) noexcept {
+        unsigned g = t->scheduling_group_id();
+        _queues[g].push_back(t);
+        _active |= 1u << g;
+    }
+    /// CPU time the tasks of scheduling group `sg` have had on this shard, divided by its shares
+    /// (counted only while several groups had tasks).
+    double group_vruntime(scheduling_group sg) const noexcept { return _vruntime[sg.id()]; }
 
     /// Returns a free SQE (submitting queued ones first if the ring is full). Fill it and set
     /// its user_data to an `io_completion*`; it is submitted with the loop's next batch.
@@ -108,6 +126,14 @@ public:
 
     /// Wakes this reactor if it sleeps. Safe from any thread; cheap when it is awake.
     void wake() noexcept;
+    /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
+    /// thread: the engine's ticker calls it every task-quota period.
+    void request_preempt() noexcept {
+        if (!_sleeping.load(std::memory_order_relaxed)) {
+            _preempt.store(true, std::memory_order_relaxed);
+        }
+    }
+
     /// Marks this reactor as having work posted by another thread, then wakes it if needed.
     /// Callers publish their work first; this provides the fence that pairs with the sleep check.
     void notify_from_other_thread() noexcept;
@@ -125,6 +151,7 @@ public:
     io_uring& ring() noexcept { return _ring; }
 
 private:
+    friend void internal::set_local_reactor(reactor* r) noexcept;
     class wakeup_reader;
     bool poll_once();
     bool reap_completions();
@@ -132,12 +159,16 @@ private:
     bool fire_timers();
     void sleep();
     void run_tasks(unsigned quota);
+    unsigned pick_group() noexcept;
     void cancel_all_io();
 
     unsigned _shard_id;
     reactor_config _cfg;
     reactor_stats _stats;
-    task_queue _tasks;
+    task_queue _queues[max_scheduling_groups]; // one per scheduling group
+    uint32_t _active = 0;                      // bit g: queue g has tasks
+    uint32_t _was_active = 0;                  // groups that had tasks at the last contested pick
+    double _vruntime[max_scheduling_groups] = {};
     io_uring _ring;
     bool _stopping = false;
     uint64_t _io_in_flight = 0;
@@ -147,6 +178,7 @@ private:
     wakeup_reader* _wakeup = nullptr;
     std::function<bool()> _pending_work_check;
     alignas(64) std::atomic<bool> _sleeping{false};
+    alignas(64) std::atomic<bool> _preempt{false}; // the flag need_preempt() reads on this shard
 };
 
 /// The reactor of the calling thread; only valid on a shard.

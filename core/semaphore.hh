@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/timer.hh"
 
@@ -64,6 +65,25 @@ public:
         return w.pr.get_future();
     }
 
+    /// Like `wait`, but gives up when `as` is aborted: the waiter leaves the queue and fails with
+    /// the abort's reason (`abort_requested_exception` by default). Fails at once if `as` was
+    /// already aborted.
+    future<> wait(abort_source& as, size_t units = 1) {
+        if (_ex) {
+            return make_exception_future<>(_ex);
+        }
+        if (as.abort_requested()) {
+            return make_exception_future<>(as.abort_exception());
+        }
+        if (_waiters.empty() && _count >= units) {
+            _count -= units;
+            return make_ready_future<>();
+        }
+        auto& w = _waiters.emplace_back(units);
+        w.on_abort = as.subscribe([this, id = w.id](const std::exception_ptr& ex) { fail_waiter(id, ex); });
+        return w.pr.get_future();
+    }
+
     /// Takes `units` if available right now (and nobody waits); returns whether it did.
     bool try_wait(size_t units = 1) noexcept {
         if (!_ex && _waiters.empty() && _count >= units) {
@@ -110,15 +130,18 @@ private:
         size_t units;
         uint64_t id;
         std::unique_ptr<timer<>> expiry;
+        abort_source::subscription on_abort;
         static uint64_t& next_id() {
             static thread_local uint64_t id = 0;
             return id;
         }
     };
-    void expire(uint64_t id) noexcept {
+    void expire(uint64_t id) noexcept { fail_waiter(id, std::make_exception_ptr(semaphore_timed_out())); }
+    /// Removes waiter `id` from the queue (its deadline passed or its wait was aborted).
+    void fail_waiter(uint64_t id, const std::exception_ptr& ex) noexcept {
         for (auto it = _waiters.begin(); it != _waiters.end(); ++it) {
             if (it->id == id) {
-                it->pr.set_exception(std::make_exception_ptr(semaphore_timed_out()));
+                it->pr.set_exception(ex);
                 // The timer running this callback lives in the waiter: keep it alive past the
                 // callback (the previous one kept here has long returned).
                 _expired_timer = std::move(it->expiry);

@@ -1,10 +1,12 @@
 #include "core/smp.hh"
 
+#include "core/cpu_claim.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
 #include "core/spsc_queue.hh"
 
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include <pthread.h>
 #include <sched.h>
@@ -27,12 +30,44 @@ thread_local unsigned tl_shard_id = 0;
 
 /// The two queues between an ordered pair of shards (source → target): requests travel one
 /// way, the same messages come back as replies. Each side keeps a local backlog so a push never
-/// blocks and batches are published once per poll.
+/// blocks and batches are published once per poll. At most `smp_max_in_flight` calls of the pair
+/// are between submission and completion, so neither ring can overflow: a backlog is always
+/// published whole by the next poll. Calls beyond that wait in `waiting_head..waiting_tail`.
 struct channel {
-    spsc_queue<internal::smp_message*, 256> requests;
-    spsc_queue<internal::smp_message*, 256> replies;
+    static constexpr size_t ring_size = 256;
+    static_assert(smp_max_in_flight <= ring_size, "the in-flight bound keeps the rings from filling");
+    spsc_queue<internal::smp_message*, ring_size> requests;
+    spsc_queue<internal::smp_message*, ring_size> replies;
     std::vector<internal::smp_message*> pending_requests; // touched by the source only
     std::vector<internal::smp_message*> pending_replies;  // touched by the target only
+    unsigned in_flight = 0;                               // source only: submitted, not completed
+    internal::smp_message* waiting_head = nullptr;        // source only: calls waiting for a place
+    internal::smp_message* waiting_tail = nullptr;
+
+    /// Source: sends `m` now if the pair has room, else queues it behind the other waiters.
+    void submit(internal::smp_message* m) {
+        if (in_flight < smp_max_in_flight && !waiting_head) {
+            ++in_flight;
+            pending_requests.push_back(m);
+        } else if (waiting_tail) {
+            waiting_tail->_next_waiting = m;
+            waiting_tail = m;
+        } else {
+            waiting_head = waiting_tail = m;
+        }
+    }
+    /// Source: one call completed; the first waiting call takes its place.
+    void completed() {
+        --in_flight;
+        if (internal::smp_message* m = waiting_head) {
+            waiting_head = std::exchange(m->_next_waiting, nullptr);
+            if (!waiting_head) {
+                waiting_tail = nullptr;
+            }
+            ++in_flight;
+            pending_requests.push_back(m);
+        }
+    }
 };
 
 class engine;
@@ -68,6 +103,10 @@ public:
         }
         _reactors.resize(_n, nullptr);
     }
+
+    ~engine() { stop_ticker(); }
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
 
     channel& chan(unsigned from, unsigned to) { return *_channels[size_t(from) * _n + to]; }
     unsigned size() const noexcept { return _n; }
@@ -123,6 +162,9 @@ public:
         }
         sp.poll();
         r.unregister_poller(&sp);
+        if (id == 0) {
+            stop_ticker(); // before any reactor goes away (the others wait for shard 0 below)
+        }
         _finished.fetch_add(1, std::memory_order_acq_rel);
         while (_finished.load(std::memory_order_acquire) < _n) {
             std::this_thread::yield();
@@ -145,6 +187,37 @@ public:
         return _start_error;
     }
 
+    /// Starts the thread that raises every running shard's preemption flag once per task-quota
+    /// period. Started before any shard is pinned, so it may run on any CPU of the process.
+    void start_ticker() {
+        auto period = _opts.reactor.task_quota_time;
+        if (period.count() <= 0) {
+            return;
+        }
+        _ticker = std::thread([this, period] {
+            std::unique_lock lock(_ticker_lock);
+            while (!_ticker_stop) {
+                _ticker_wake.wait_for(lock, period);
+                if (_started.load(std::memory_order_acquire) < _n || _start_aborted.load()) {
+                    continue; // the reactors are not all there yet
+                }
+                for (reactor* r : _reactors) {
+                    r->request_preempt();
+                }
+            }
+        });
+    }
+    void stop_ticker() {
+        if (_ticker.joinable()) {
+            {
+                std::lock_guard g(_ticker_lock);
+                _ticker_stop = true;
+            }
+            _ticker_wake.notify_one();
+            _ticker.join();
+        }
+    }
+
     int exit_code = 0;
     int signal_exit_code = 0;
     std::vector<promise<>> stop_waiters;
@@ -163,6 +236,10 @@ private:
     std::atomic<unsigned> _stopped{0};
     std::atomic<unsigned> _drained{0};
     std::atomic<unsigned> _finished{0};
+    std::thread _ticker;
+    std::mutex _ticker_lock;
+    std::condition_variable _ticker_wake;
+    bool _ticker_stop = false;
 };
 
 bool smp_poller::has_incoming() const noexcept {
@@ -170,7 +247,13 @@ bool smp_poller::has_incoming() const noexcept {
         if (peer == _shard) {
             continue;
         }
-        if (!_e.chan(peer, _shard).requests.empty() || !_e.chan(_shard, peer).replies.empty()) {
+        auto& in = _e.chan(peer, _shard);
+        auto& out = _e.chan(_shard, peer);
+        if (!in.requests.empty() || !out.replies.empty()) {
+            return true;
+        }
+        // This shard's own backlogs: never sleep holding messages a peer may be waiting for.
+        if (!out.pending_requests.empty() || !in.pending_replies.empty()) {
             return true;
         }
     }
@@ -200,6 +283,8 @@ bool smp_poller::flush() {
             _e.reactor_of(peer).notify_from_other_thread();
             any = true;
         }
+        // Whatever did not fit is still work: the loop must come back to publish it.
+        any |= !out.pending_requests.empty() || !in.pending_replies.empty();
     }
     return any;
 }
@@ -218,9 +303,11 @@ bool smp_poller::poll() {
                 batch[i]->run_on_target();
             }
         }
-        while ((n = _e.chan(_shard, peer).replies.pop(batch, 64)) > 0) {
+        auto& out = _e.chan(_shard, peer);
+        while ((n = out.replies.pop(batch, 64)) > 0) {
             work = true;
             for (size_t i = 0; i < n; ++i) {
+                out.completed();
                 batch[i]->complete_on_source();
             }
         }
@@ -326,7 +413,7 @@ void internal::smp_message::respond() noexcept {
 void internal::smp_submit(unsigned target, smp_message* m) noexcept {
     m->_source = tl_shard_id;
     m->_target = target;
-    g_engine->chan(tl_shard_id, target).pending_requests.push_back(m);
+    g_engine->chan(tl_shard_id, target).submit(m);
 }
 
 future<> stop_requested() {
@@ -375,6 +462,19 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     if (opts.smp == 0) {
         opts.smp = unsigned(cpus.size());
     }
+    // Default placement: CPUs no other shoal process holds. A shard left on a CPU that may be
+    // shared does not spin when idle: spinning would steal the CPU from the other process.
+    cpu_claims claims;
+    if (opts.pin && opts.cpuset.empty()) {
+        claims = cpu_claims::claim(cpus, opts.smp);
+        cpus = claims.cpus();
+        if (claims.shared()) {
+            smp_log.warn("not enough CPUs free of other shoal processes for {} shards: sharing CPUs and "
+                         "not polling when idle; choose CPUs with --cpuset (lock files in {})",
+                         opts.smp, cpu_lock_dir());
+            opts.reactor.idle_poll = std::chrono::microseconds(0);
+        }
+    }
     if (cpus.size() < opts.smp) {
         if (opts.pin && !given.cpuset.empty()) {
             throw std::invalid_argument("--cpuset names " + std::to_string(cpus.size()) + " CPUs for " +
@@ -404,6 +504,7 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     g_shard_count = opts.smp;
     std::vector<std::thread> threads;
     try {
+        e.start_ticker();
         if (opts.pin) {
             pin_to(cpus[0]);
         }
@@ -443,6 +544,7 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     for (auto& t : threads) {
         t.join();
     }
+    e.stop_ticker(); // already stopped by shard 0 unless the shards never ran
     if (signals && signals->pending()) {
         (void)signals.release(); // the ring is gone; the kernel no longer writes to it
     }

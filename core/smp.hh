@@ -44,6 +44,13 @@ future<> stop_requested();
 /// Asks the engine to stop, as a signal would. Call on shard 0.
 void request_stop();
 
+/// Most cross-shard calls in flight from one shard to another (from `submit_to` until its answer
+/// is back on the caller). Further calls wait, in order, until an answer frees a place; this keeps
+/// every queue between two shards within its ring, so neither side ever holds a backlog it
+/// cannot publish. Calls that wait on each other in a cycle (A's calls into B each wait for a call
+/// from B into A, which waits for a call from A into B, ...) can exhaust it; keep nesting shallow.
+inline constexpr unsigned smp_max_in_flight = 256;
+
 namespace internal {
 
 /// A unit of cross-shard work: runs on the target shard, then returns to the source shard
@@ -60,9 +67,11 @@ public:
 
     unsigned _source = 0;
     unsigned _target = 0;
+    smp_message* _next_waiting = nullptr; ///< link in its pair's queue of calls waiting for a place
 };
 
-/// Queues `m` for `target` (batched: published once per reactor poll).
+/// Queues `m` for `target` (batched: published once per reactor poll); when `smp_max_in_flight`
+/// calls to `target` are already in flight, `m` waits for one of them to complete.
 void smp_submit(unsigned target, smp_message* m) noexcept;
 
 template <typename Func>

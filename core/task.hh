@@ -2,6 +2,12 @@
 
 namespace shoal {
 
+namespace internal {
+/// The scheduling group (core/scheduling.hh) of the code running on this thread: the group of
+/// the running task, or the one `with_scheduling_group` entered. Tasks created now belong to it.
+extern constinit thread_local unsigned current_scheduling_group_id;
+} // namespace internal
+
 /// A unit of work the reactor runs. Tasks are linked intrusively into the reactor's queue, so
 /// scheduling one never allocates. `run_and_dispose` runs it and releases whatever it owns (a
 /// continuation deletes itself; a coroutine or fiber resumes and owns its own lifetime).
@@ -10,12 +16,16 @@ public:
     /// Runs the task; after it returns the reactor never touches the task again.
     virtual void run_and_dispose() noexcept = 0;
 
+    /// The scheduling group whose queue this task goes to: the one current when it was made.
+    unsigned scheduling_group_id() const noexcept { return _sg; }
+
 protected:
     ~task() = default;
 
 private:
     friend class task_queue;
     task* _next = nullptr;
+    unsigned _sg = internal::current_scheduling_group_id;
 };
 
 /// An intrusive FIFO of tasks: push and pop are O(1) and never allocate.

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/clock.hh"
 #include "core/reactor.hh"
 
@@ -83,5 +84,10 @@ future<> sleep(steady_clock_type::duration d);
 
 /// Resolves after `d` has passed, measured on the low-resolution clock.
 future<> sleep_lowres(lowres_clock::duration d);
+
+/// Resolves after `d` has passed, or fails with the abort's reason (`abort_requested_exception`
+/// by default) as soon as `as` is aborted; the timer is then cancelled. Fails at once if `as`
+/// was already aborted.
+future<> sleep_abortable(steady_clock_type::duration d, abort_source& as);
 
 } // namespace shoal

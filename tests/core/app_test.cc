@@ -213,6 +213,29 @@ TEST(app, defaults) {
     EXPECT_FALSE(o.reactor.poll_mode);
     EXPECT_EQ(o.reactor.idle_poll, std::chrono::microseconds(200));
     EXPECT_EQ(o.reactor.task_quota, 256u);
+    EXPECT_EQ(o.reactor.task_quota_time, std::chrono::microseconds(500));
+}
+
+TEST(app, task_quota_ms_sets_the_time_quota) {
+    {
+        app a("t", "test");
+        args cl{"--task-quota-ms=2"};
+        EXPECT_EQ(a.parse(cl.argc(), cl.argv()), std::nullopt);
+        EXPECT_EQ(a.engine_options().reactor.task_quota_time, std::chrono::microseconds(2000));
+    }
+    {
+        app a("t", "test");
+        args cl{"--task-quota-ms", "0.25"};
+        EXPECT_EQ(a.parse(cl.argc(), cl.argv()), std::nullopt);
+        EXPECT_EQ(a.engine_options().reactor.task_quota_time, std::chrono::microseconds(250));
+    }
+    for (const char* bad : {"--task-quota-ms=-1", "--task-quota-ms=abc", "--task-quota-ms=1x"}) {
+        app a("t", "test");
+        args cl{bad};
+        ::testing::internal::CaptureStderr();
+        EXPECT_EQ(a.parse(cl.argc(), cl.argv()), 2) << bad;
+        EXPECT_NE(::testing::internal::GetCapturedStderr().find("task-quota-ms"), std::string::npos);
+    }
 }
 
 TEST(app, cpuset_sets_the_shard_count) {

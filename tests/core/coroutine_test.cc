@@ -167,7 +167,8 @@ TEST(coroutine, exceptions_propagate_through_awaits) {
                       co_return v + 1;
                   };
                   auto f = outer();
-                  auto r = co_await std::move(f).then_wrapped([](future<int> r) { return r.failed(); });
+                  auto r = co_await std::move(f).then_wrapped(
+                      [](future<int> r) { return r.get_exception() != nullptr; });
                   EXPECT_TRUE(r);
 
                   caught = false;

@@ -484,3 +484,72 @@ TEST(future, forward_to_a_continuation_promise) {
               }),
               0);
 }
+
+// --- failures nobody looked at ----------------------------------------------------------------
+
+namespace {
+/// How many times `needle` occurs in `text`.
+size_t occurrences(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+        ++n;
+    }
+    return n;
+}
+} // namespace
+
+TEST(ignored_failure, a_dropped_failed_future_is_reported_exactly_once) {
+    uint64_t before = ignored_failed_futures();
+    ::testing::internal::CaptureStderr();
+    {
+        auto f = make_exception_future<int>(test_error("nobody looked at me"));
+        auto g = std::move(f); // moves carry the failure without reporting it
+        future<int> h = std::move(g);
+    }
+    std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(ignored_failed_futures(), before + 1);
+    EXPECT_EQ(occurrences(log, "nobody looked at me"), 1u) << log;
+    EXPECT_EQ(occurrences(log, "exceptional future ignored"), 1u) << log;
+}
+
+TEST(ignored_failure, a_failure_set_after_the_future_was_dropped_is_reported) {
+    uint64_t before = ignored_failed_futures();
+    promise<int> p;
+    { auto f = p.get_future(); }
+    p.set_exception(test_error("too late"));
+    EXPECT_EQ(ignored_failed_futures(), before + 1);
+}
+
+TEST(ignored_failure, a_failed_promise_whose_future_was_never_taken_is_reported) {
+    uint64_t before = ignored_failed_futures();
+    {
+        promise<> p;
+        p.set_exception(test_error("never taken"));
+    }
+    EXPECT_EQ(ignored_failed_futures(), before + 1);
+}
+
+TEST(ignored_failure, consumed_failures_are_not_reported) {
+    uint64_t before = ignored_failed_futures();
+    auto fail = [] { return make_exception_future<int>(test_error("seen")); };
+    EXPECT_THROW(fail().get(), test_error);
+    EXPECT_TRUE(fail().get_exception() != nullptr);
+    fail().ignore_ready_future();
+    EXPECT_EQ(fail().handle_exception([](std::exception_ptr) { return 7; }).get(), 7);
+    EXPECT_EQ(fail().then_wrapped([](future<int> f) { return f.get_exception() ? 1 : 0; }).get(), 1);
+    auto chained = fail().then([](int x) { return x + 1; }).finally([] {});
+    EXPECT_THROW(chained.get(), test_error);
+    EXPECT_EQ(ignored_failed_futures(), before);
+    EXPECT_EQ(run_in_shard([&]() -> future<> {
+                  promise<int> p;
+                  auto f = p.get_future().then([](int x) { return x; });
+                  p.set_exception(test_error("pending, then awaited"));
+                  try {
+                      co_await std::move(f);
+                      ADD_FAILURE() << "no exception";
+                  } catch (const test_error&) {
+                  }
+              }),
+              0);
+    EXPECT_EQ(ignored_failed_futures(), before);
+}

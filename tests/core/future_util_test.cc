@@ -202,22 +202,27 @@ TEST(repeat, exception_stops_the_loop) {
 }
 
 TEST(repeat, long_ready_runs_let_other_tasks_in) {
-    EXPECT_EQ(run_in_shard([]() -> future<> {
-                  int other = 0;
-                  bool stop_other = false;
-                  auto background = repeat([&] {
-                      ++other;
-                      return yield().then(
-                          [&] { return stop_other ? stop_iteration::yes : stop_iteration::no; });
-                  });
-                  int seen_at_start = other;
-                  int n = 0;
-                  co_await repeat([&] { return ++n == 5000 ? stop_iteration::yes : stop_iteration::no; });
-                  EXPECT_GT(other, seen_at_start); // the always-ready loop did not starve it
-                  stop_other = true;
-                  co_await std::move(background);
-              }),
-              0);
+    EXPECT_EQ(
+        run_in_shard([]() -> future<> {
+            int other = 0;
+            bool stop_other = false;
+            auto background = repeat([&] {
+                ++other;
+                return yield().then([&] { return stop_other ? stop_iteration::yes : stop_iteration::no; });
+            });
+            int seen_at_start = other;
+            // An always-ready loop that runs until the other loop got a turn: the task quota
+            // (0.5 ms) makes it yield; the deadline only turns starvation into a failure.
+            auto deadline = steady_clock_type::now() + 10s;
+            co_await repeat([&] {
+                return other > seen_at_start || steady_clock_type::now() > deadline ? stop_iteration::yes
+                                                                                    : stop_iteration::no;
+            });
+            EXPECT_GT(other, seen_at_start); // the always-ready loop did not starve it
+            stop_other = true;
+            co_await std::move(background);
+        }),
+        0);
 }
 
 TEST(do_until, checks_the_condition_first) {

@@ -14,13 +14,15 @@
 namespace shoal::testing {
 
 /// Starts `smp` unpinned shards with `cfg`, runs `fn()` on shard 0 and returns 0 when its
-/// future succeeds. A failure is reported to GoogleTest and turns into a non-zero status.
+/// future succeeds. A failure is reported to GoogleTest and turns into a non-zero status, and so
+/// is a failed future that the run dropped without looking at it (`ignored_failed_futures`).
 inline int run_in_shards(unsigned smp, std::function<future<>()> fn, reactor_config cfg = {}) {
     smp_options opts;
     opts.smp = smp;
     opts.pin = false;
     opts.reactor = cfg;
-    return run_shards(opts, [fn = std::move(fn)]() -> future<int> {
+    uint64_t ignored_before = ignored_failed_futures();
+    int rc = run_shards(opts, [fn = std::move(fn)]() -> future<int> {
         return futurize_invoke(fn).then_wrapped([](future<> f) {
             if (f.failed()) {
                 ADD_FAILURE() << "test body failed: " << fmt::format("{}", f.get_exception());
@@ -29,6 +31,9 @@ inline int run_in_shards(unsigned smp, std::function<future<>()> fn, reactor_con
             return 0;
         });
     });
+    uint64_t ignored = ignored_failed_futures() - ignored_before;
+    EXPECT_EQ(ignored, 0u) << "failed futures were dropped without being looked at (see the log)";
+    return ignored ? 1 : rc;
 }
 
 /// `run_in_shards` on a single shard.

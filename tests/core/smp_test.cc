@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -26,6 +27,29 @@ using namespace std::chrono_literals;
 using shoal::testing::run_in_shards;
 
 namespace {
+
+/// Default placement claims CPUs against other shoal processes (core/cpu_claim.hh): these
+/// tests use a private lock directory so that other programs on the machine cannot move them.
+class private_cpu_locks final : public ::testing::Environment {
+public:
+    void SetUp() override {
+        char tmpl[] = "/tmp/shoal-smp-test-XXXXXX";
+        if (const char* dir = ::mkdtemp(tmpl)) {
+            _dir = dir;
+            ::setenv("SHOAL_CPU_LOCK_DIR", dir, 1);
+        }
+    }
+    void TearDown() override {
+        if (!_dir.empty()) {
+            std::string cmd = "rm -rf '" + _dir + "'";
+            EXPECT_EQ(std::system(cmd.c_str()), 0);
+        }
+    }
+
+private:
+    std::string _dir;
+};
+[[maybe_unused]] auto* const cpu_locks_env = ::testing::AddGlobalTestEnvironment(new private_cpu_locks);
 
 /// CPUs the calling thread may run on.
 std::vector<unsigned> thread_cpus() {
@@ -159,7 +183,8 @@ TEST(smp, submit_to_an_out_of_range_shard_fails) {
 TEST(smp, many_calls_in_flight_both_ways) {
     EXPECT_EQ(run_in_shards(2,
                             []() -> future<> {
-                                // More than a queue holds (256): the rest waits in the sender's backlog.
+                                // More than a queue holds (256): the rest waits for a place
+                                // (smp_max_in_flight).
                                 constexpr int n = 3000;
                                 auto to_one = [] {
                                     std::vector<future<int>> fs;
@@ -205,6 +230,107 @@ TEST(smp, nested_calls) {
                       EXPECT_EQ(path, "021");
                   }),
               0);
+}
+
+namespace {
+
+/// Calls from the shard it runs on to `peer` whose functions each wait a different short time
+/// before answering, so answers come back in bursts while either shard may be asleep. Records
+/// the most calls of this direction ever running at once on the target.
+future<> delayed_calls_to(unsigned peer, int n, std::atomic<int>& running, std::atomic<int>& most) {
+    std::vector<future<int>> fs;
+    fs.reserve(size_t(n));
+    for (int i = 0; i < n; ++i) {
+        fs.push_back(submit_to(peer, [i, &running, &most] {
+            int now = ++running;
+            int seen = most.load();
+            while (now > seen && !most.compare_exchange_weak(seen, now)) {
+            }
+            return sleep(std::chrono::microseconds((i * 7919) % 3000)).then([i, &running] {
+                --running;
+                return i;
+            });
+        }));
+    }
+    auto values = co_await when_all_succeed(std::move(fs));
+    for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(values[size_t(i)], i);
+    }
+}
+
+} // namespace
+
+/// Thousands of calls each way (far more than a ring holds), every answer delayed differently, so
+/// answers come back in bursts while either shard may be asleep (`idle_poll` 0: idle shards sleep
+/// at once; 200 µs: a shard keeps publishing while its peer drains). A shard that slept holding a
+/// backlog of requests or answers would hang both: the deadline turns that into a failure.
+void delayed_answers_both_ways(std::chrono::microseconds idle_poll) {
+    reactor_config cfg;
+    cfg.idle_poll = idle_poll;
+    static std::atomic<int> running_on_1, most_on_1, running_on_0, most_on_0;
+    running_on_1 = most_on_1 = running_on_0 = most_on_0 = 0;
+    EXPECT_EQ(
+        run_in_shards(
+            2,
+            []() -> future<> {
+                constexpr int n = 4000;
+                auto sleeps_of_1 = [] { return submit_to(1, [] { return local_reactor().stats().sleeps; }); };
+                auto sleeps0 = local_reactor().stats().sleeps;
+                auto sleeps1 = co_await sleeps_of_1();
+                auto from_one = submit_to(1, [] { return delayed_calls_to(0, n, running_on_0, most_on_0); });
+                auto to_one = delayed_calls_to(1, n, running_on_1, most_on_1);
+                auto deadline = steady_clock_type::now() + 60s;
+                co_await with_timeout(deadline, std::move(to_one));
+                co_await with_timeout(deadline, std::move(from_one));
+                EXPECT_GT(local_reactor().stats().sleeps, sleeps0);
+                EXPECT_GT(co_await sleeps_of_1(), sleeps1);
+            },
+            cfg),
+        0);
+    // Callers beyond the bound waited for a place instead of overflowing the queues.
+    EXPECT_GT(most_on_1.load(), 1);
+    EXPECT_LE(most_on_1.load(), int(smp_max_in_flight));
+    EXPECT_GT(most_on_0.load(), 1);
+    EXPECT_LE(most_on_0.load(), int(smp_max_in_flight));
+    EXPECT_EQ(running_on_0.load(), 0);
+    EXPECT_EQ(running_on_1.load(), 0);
+}
+
+TEST(smp, thousands_of_delayed_answers_across_sleeps_both_ways) {
+    delayed_answers_both_ways(0us);
+}
+
+TEST(smp, thousands_of_delayed_answers_with_idle_polling_both_ways) {
+    delayed_answers_both_ways(200us);
+}
+
+TEST(smp, answers_released_together_reach_a_sleeping_caller) {
+    // Every call waits for one moment, so the target answers a full window at once; then the
+    // caller sleeps until the next burst. Repeated across several windows.
+    reactor_config cfg;
+    cfg.idle_poll = 0us;
+    EXPECT_EQ(
+        run_in_shards(
+            2,
+            []() -> future<> {
+                constexpr int n = 3 * int(smp_max_in_flight) + 17;
+                auto release = steady_clock_type::now() + 20ms;
+                std::vector<future<int>> fs;
+                for (int i = 0; i < n; ++i) {
+                    fs.push_back(submit_to(1, [i, release] {
+                        auto wait = release - steady_clock_type::now();
+                        return sleep(std::max(wait, steady_clock_type::duration(0))).then([i] { return i; });
+                    }));
+                }
+                auto values =
+                    co_await with_timeout(steady_clock_type::now() + 60s, when_all_succeed(std::move(fs)));
+                CO_ASSERT_TRUE(values.size() == size_t(n));
+                for (int i = 0; i < n; ++i) {
+                    EXPECT_EQ(values[size_t(i)], i);
+                }
+            },
+            cfg),
+        0);
 }
 
 TEST(smp, more_shards_than_cpus_without_pinning) {

@@ -1,0 +1,127 @@
+// Time-based preemption: need_preempt() rises once the task quota has run out, the reactor polls
+// (and fires timers) between tasks when it does, and a loop of ready co_awaits or a repeat() of
+// ready iterations yields on its own instead of starving a timer.
+#include "core/future_util.hh"
+#include "core/preempt.hh"
+#include "core/reactor.hh"
+#include "core/timer.hh"
+#include "run_in_shards.hh"
+
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+using namespace shoal;
+using namespace std::chrono_literals;
+using shoal::testing::run_in_shard;
+
+namespace {
+
+/// Far more than the 0.5 ms quota, yet far less than the 10 s a starved timer would wait: a
+/// shared, busy machine may deschedule a shard for a while, never for this long.
+constexpr auto generous_lateness = 500ms;
+/// How long a loop may run before the test gives up on preemption.
+constexpr auto give_up_after = 10s;
+
+/// Arms a timer 1 ms from now and runs `spin(fired)` on the same shard; returns how late the
+/// timer fired, or give_up_after if the loop kept it from firing. `spin` must return once
+/// `fired` is true.
+template <typename Spin>
+future<steady_clock_type::duration> timer_lateness_under(Spin spin) {
+    bool fired = false;
+    auto due = steady_clock_type::now() + 1ms;
+    steady_clock_type::time_point fired_at{};
+    timer<> t([&] {
+        fired = true;
+        fired_at = steady_clock_type::now();
+    });
+    t.arm(due);
+    co_await spin(fired);
+    co_return fired ? fired_at - due : steady_clock_type::duration(give_up_after);
+}
+
+/// True when `deadline` passed; reads the clock once every 1024 calls only.
+bool past(steady_clock_type::time_point deadline, unsigned& calls) {
+    return (++calls & 1023) == 0 && steady_clock_type::now() > deadline;
+}
+
+} // namespace
+
+TEST(preempt, never_requested_outside_a_shard) {
+    EXPECT_FALSE(need_preempt());
+}
+
+TEST(preempt, rises_in_a_busy_task_and_is_lowered_by_the_next_poll) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  auto deadline = steady_clock_type::now() + give_up_after;
+                  while (!need_preempt() && steady_clock_type::now() < deadline) {
+                  }
+                  EXPECT_TRUE(need_preempt());
+                  auto preemptions = local_reactor().stats().preemptions;
+                  co_await yield();
+                  // The round of tasks was cut short and the reactor polled in between.
+                  EXPECT_GT(local_reactor().stats().preemptions, preemptions);
+              }),
+              0);
+}
+
+TEST(preempt, zero_quota_time_never_preempts) {
+    reactor_config cfg;
+    cfg.task_quota_time = 0us;
+    EXPECT_EQ(run_in_shard(
+                  []() -> future<> {
+                      auto until = steady_clock_type::now() + 20ms;
+                      bool raised = false;
+                      while (steady_clock_type::now() < until) {
+                          raised |= need_preempt();
+                      }
+                      EXPECT_FALSE(raised);
+                      co_return;
+                  },
+                  cfg),
+              0);
+}
+
+TEST(preempt, ready_co_awaits_cannot_starve_a_timer) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  auto late = co_await timer_lateness_under([](bool& fired) -> future<> {
+                      auto deadline = steady_clock_type::now() + give_up_after;
+                      unsigned calls = 0;
+                      while (!fired && !past(deadline, calls)) {
+                          co_await make_ready_future<>();
+                      }
+                  });
+                  EXPECT_LT(late, generous_lateness);
+              }),
+              0);
+}
+
+TEST(preempt, repeat_of_ready_iterations_cannot_starve_a_timer) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  auto late = co_await timer_lateness_under([](bool& fired) {
+                      auto deadline = steady_clock_type::now() + give_up_after;
+                      return do_with(0u, [&fired, deadline](unsigned& calls) {
+                          return repeat([&fired, &calls, deadline] {
+                              return fired || past(deadline, calls) ? stop_iteration::yes
+                                                                    : stop_iteration::no;
+                          });
+                      });
+                  });
+                  EXPECT_LT(late, generous_lateness);
+              }),
+              0);
+}
+
+TEST(preempt, do_until_of_ready_iterations_cannot_starve_a_timer) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  auto late = co_await timer_lateness_under([](bool& fired) {
+                      auto deadline = steady_clock_type::now() + give_up_after;
+                      return do_with(0u, [&fired, deadline](unsigned& calls) {
+                          return do_until(
+                              [&fired, &calls, deadline] { return fired || past(deadline, calls); }, [] {});
+                      });
+                  });
+                  EXPECT_LT(late, generous_lateness);
+              }),
+              0);
+}
