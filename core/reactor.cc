@@ -450,11 +450,22 @@ void reactor::cancel_all_io() {
         io_uring_cqe* cqe = nullptr;
         io_uring_wait_cqe_timeout(&_ring, &cqe, &ts);
         reap_completions();
-        run_tasks(UINT32_MAX);
+        run_all_tasks();
         submit_pending();
     }
+    // The last completions' tasks (and whatever they queue) run before the shard is left.
+    run_all_tasks();
     if (_io_in_flight > 0) {
         reactor_log.warn("{} I/O requests still in flight at shutdown", _io_in_flight);
+    }
+}
+
+void reactor::run_all_tasks() {
+    // No time quota at shutdown: the preemption flag is lowered before every round, so ready
+    // co_awaits that requeue themselves and tasks that queue others all run to the end.
+    while (_active) {
+        _preempt.store(false, std::memory_order_relaxed);
+        run_tasks(UINT32_MAX);
     }
 }
 

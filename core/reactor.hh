@@ -159,6 +159,8 @@ private:
     bool fire_timers();
     void sleep();
     void run_tasks(unsigned quota);
+    /// Runs tasks until none is queued, ignoring the time quota (shutdown).
+    void run_all_tasks();
     unsigned pick_group() noexcept;
     void cancel_all_io();
 

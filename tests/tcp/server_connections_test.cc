@@ -9,6 +9,7 @@
 #include "net/server_connections.hh"
 
 #include <chrono>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -19,12 +20,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// An echo handler that records what the test waits for: bytes read, and whether a write is
-/// waiting for the send window (the peer does not read).
+/// An echo handler that records what the test waits for: bytes read, and since when a write
+/// has been waiting (for the send window, when the peer does not read).
 struct echo_probe {
     uint64_t received = 0;
-    bool write_blocked = false;
+    std::optional<steady_clock_type::time_point> write_waiting_since;
     bool ended_with_error = false;
+
+    /// True when a write has been waiting for `at_least`: the window is really full. (A write
+    /// can also be pending for a moment because the task quota ran out; that is not blocking.)
+    bool write_blocked(steady_clock_type::duration at_least) const {
+        return write_waiting_since && steady_clock_type::now() - *write_waiting_since >= at_least;
+    }
 
     future<> serve(connected_socket s) {
         auto in = s.input();
@@ -38,10 +45,15 @@ struct echo_probe {
                 received += b.size();
                 auto written = out.write(std::move(b));
                 if (!written.available()) {
-                    write_blocked = true;
+                    write_waiting_since = steady_clock_type::now();
                 }
                 co_await std::move(written);
-                co_await out.flush();
+                auto flushed = out.flush();
+                if (!flushed.available() && !write_waiting_since) {
+                    write_waiting_since = steady_clock_type::now();
+                }
+                co_await std::move(flushed);
+                write_waiting_since.reset();
             }
             co_await out.close();
         } catch (...) {
@@ -94,7 +106,7 @@ future<> stop_with_a_client_that_never_reads() {
     auto out = c.output();
     bool stop_flooding = false;
     auto flooding = flood(out, stop_flooding);
-    bool blocked = co_await wait_for([&] { return probe.write_blocked; }, 60s);
+    bool blocked = co_await wait_for([&] { return probe.write_blocked(100ms); }, 60s);
     EXPECT_TRUE(blocked) << "the server's writes never blocked (" << probe.received << " bytes read)";
     EXPECT_EQ(conns.open(), 1u);
 
