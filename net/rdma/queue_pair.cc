@@ -221,18 +221,19 @@ void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept 
     // Completions of one send queue arrive in order: this one retires every unsignaled request
     // posted before it (they succeeded; after an error each request completes on its own).
     const uint64_t target = s.seq;
+    // The error is described before the slot is retired: retiring frees it (its kind with it).
+    std::exception_ptr failure;
+    if (wc.status != IBV_WC_SUCCESS && _state != state::closing && _state != state::closed) {
+        failure = wc.status != IBV_WC_WR_FLUSH_ERR ? op_error(s, wc.status) : closed_error();
+    }
     while (_tail <= target && _tail < _posted) {
         send_slot& t = _slots[_tail % _depth];
         ++_tail;
         finish_slot(t, &t == &s ? wc.status : IBV_WC_SUCCESS, &wc);
     }
-    if (wc.status != IBV_WC_SUCCESS && _state != state::closing && _state != state::closed) {
-        if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-            qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));
-            close(op_error(s, wc.status));
-        } else {
-            close(closed_error());
-        }
+    if (failure && _state != state::closing && _state != state::closed) {
+        qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));
+        close(failure);
     }
     if (_state == state::established) {
         transmit();
