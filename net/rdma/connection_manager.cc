@@ -368,7 +368,9 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
     , _depth(std::max(8u, opts.send_queue_depth))
     , _slots(std::make_unique<send_slot[]>(_depth)) {
     _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
-    _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 1u, max_imm_ctrl_credits);
+    // At least 2: a credit-only message that returns one control credit must not be answered
+    // by another (two idle peers with one control credit each would bounce them forever).
+    _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 2u, max_imm_ctrl_credits);
     _opts.signal_every = std::clamp(_opts.signal_every, 1u, _depth / 2);
     for (unsigned i = 0; i < _depth; ++i) {
         _slots[i].conn = this;

@@ -178,6 +178,8 @@ public:
     future<> stream_close_output();
     /// Drops unread messages (returning their credits) and ends the stream for the reader.
     void stream_shutdown_input() noexcept;
+    /// Breaks the connection at once (see `stream_socket::abort`).
+    void stream_abort() noexcept;
     /// Largest message this side sends: the peer's receive size, capped by the pool's largest
     /// buffer.
     size_t stream_piece_size() const noexcept;
