@@ -4,6 +4,7 @@
 #include "net/rdma/connection_manager.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/fault_injector.hh"
 
 #include <cstring>
 #include <stdexcept>
@@ -180,8 +181,11 @@ void connection_impl::transmit() noexcept {
     bool stalled = false;
     while (!_tx.empty()) {
         if (free_credits() == 0) {
-            stalled = true;
-            break;
+            if (!internal::inject(fault::ignore_credits)) {
+                stalled = true;
+                break;
+            }
+            ++_send_credits; // a hostile peer's send: the credit it takes was never granted
         }
         if (free_slots() <= 1 || !build_data_message()) {
             break;
@@ -249,6 +253,7 @@ bool connection_impl::build_data_message() noexcept {
         n = std::min(_tx_bytes, limit);
         s.copy = pool.try_allocate(n);
         if (!s.copy) {
+            _tx_starved = true;
             if (!_starved) {
                 _starved = true;
                 _ctx->mark_starved(this); // retried when memory comes back

@@ -54,6 +54,9 @@ struct echo_server {
     std::unique_ptr<gate> running = std::make_unique<gate>();
 };
 echo_server servers[2];
+/// Set while a test breaks connections under the echo server on purpose (the errors are kept).
+bool echo_errors_expected = false;
+std::vector<std::string> echo_errors;
 
 void start_echo_server(net::socket_address a) {
     auto& srv = servers[this_shard_id()];
@@ -64,6 +67,10 @@ void start_echo_server(net::socket_address a) {
             ++srv.accepted;
             (void)with_gate(*srv.running, [s = std::move(r.connection)]() mutable {
                 return echo(std::move(s)).handle_exception([](std::exception_ptr ex) {
+                    if (echo_errors_expected) {
+                        echo_errors.push_back(fmt::format("{}", ex));
+                        return;
+                    }
                     ADD_FAILURE() << "echo failed: " << fmt::format("{}", ex);
                 });
             });
@@ -556,6 +563,317 @@ TEST(stream, abort_releases_a_writer_blocked_by_a_peer_that_never_reads) {
             });
             EXPECT_TRUE(server.usable() || server.error() != nullptr);
             server = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+/// The receive-queue accounting and pool of the calling shard.
+struct accounting {
+    unsigned committed;
+    unsigned posted;
+    uint64_t held;
+};
+accounting take_accounting() {
+    auto& ctx = rdma::shard_context::local();
+    return accounting{ctx.srq().committed(), ctx.srq().posted(), buffers_held()};
+}
+} // namespace
+
+TEST(stream, accounting_returns_to_baseline_after_cycles_with_traffic_in_flight) {
+    // Connections closed (abort, or dropped: end of stream then close) while data flows both
+    // ways, in two rounds: afterwards no receive is still promised, no pool buffer is held on
+    // either side, and the second round reused the receives the first left posted (an SRQ
+    // cannot take receives back, so `posted` stays at its peak; it must not climb per cycle).
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        echo_errors_expected = true;
+        start_echo_server(a);
+        constexpr int cycles = 20;
+        accounting after[2][2];
+        for (int round = 0; round < 2; ++round) {
+            co_await submit_to(1, [a]() -> future<> {
+                for (int i = 0; i < cycles; ++i) {
+                    net::connected_socket s = co_await rdma::connect(a);
+                    net::output_stream out = s.output();
+                    net::input_stream in = s.input();
+                    net::temporary_buffer block(100 << 10);
+                    fill_pattern(block.get_write(), block.size(), unsigned(i));
+                    co_await out.write(std::move(block));
+                    co_await out.flush();
+                    net::temporary_buffer first = co_await in.read(); // the echo is flowing
+                    RDMA_CHECK(!first.empty());
+                    if (i % 2 == 0) {
+                        s.abort();
+                    }
+                    // (Dropped here otherwise: end of stream, then close, with data in flight.)
+                }
+            });
+            bool gone = co_await all_connections_gone(10000ms);
+            EXPECT_TRUE(gone);
+            for (unsigned shard = 0; shard < 2; ++shard) {
+                after[round][shard] = co_await submit_to(shard, take_accounting);
+            }
+        }
+        co_await stop_echo_server();
+        echo_errors_expected = false;
+        for (unsigned shard = 0; shard < 2; ++shard) {
+            auto st = co_await submit_to(shard, [] { return rdma::shard_context::local().stats(); });
+            unsigned slack =
+                co_await submit_to(shard, [] { return rdma::shard_context::local().srq().slack(); });
+            const accounting& r1 = after[0][shard];
+            const accounting& r2 = after[1][shard];
+            std::printf("  shard %u: committed %u/%u, posted %u/%u (slack %u), held %lu/%lu; last-WQE "
+                        "events %lu, waits timed out %lu\n",
+                        shard, r1.committed, r2.committed, r1.posted, r2.posted, slack, r1.held, r2.held,
+                        st.last_wqe_events, st.last_wqe_timeouts);
+            for (const accounting* r : {&r1, &r2}) {
+                EXPECT_EQ(r->committed, 0u) << "shard " << shard << ": receives still promised";
+                EXPECT_EQ(r->held, 0u) << "shard " << shard << ": pool buffers leaked";
+            }
+            EXPECT_LE(r2.posted, r1.posted + slack)
+                << "shard " << shard << ": posted receives climb per cycle";
+            EXPECT_EQ(st.last_wqe_events + st.last_wqe_timeouts, uint64_t(2 * cycles))
+                << "shard " << shard << ": a connected QP was destroyed without the last-WQE wait";
+        }
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(faults, a_peer_sending_without_credits_is_cut_off_and_honest_peers_keep_going) {
+    // Shard 1's stream ignores credits (fault ignore_credits): it floods shard 0's SRQ. Shard 0
+    // must disconnect it ("data without a credit") while its own honest client, streaming
+    // through the same SRQ at the same time, never hits an empty queue (RNR would break it).
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            echo_errors_expected = true;
+            echo_errors.clear();
+            start_echo_server(a);
+            auto honest = [](net::socket_address a) -> future<size_t> {
+                net::connected_socket s = co_await rdma::connect(a);
+                net::input_stream in = s.input();
+                net::output_stream out = s.output();
+                constexpr size_t total = 2 << 20;
+                auto w = write_pattern(out, total, 3, 4096);
+                size_t bad = co_await read_pattern(in, total, 3);
+                co_await std::move(w);
+                co_await out.close();
+                co_return bad;
+            }(a);
+            std::string flood_error = co_await submit_to(1, [a]() -> future<std::string> {
+                rdma::faults().arm(rdma::fault::ignore_credits, 0, 1000000);
+                net::connected_socket s = co_await rdma::connect(a);
+                net::output_stream out = s.output();
+                std::string msg(200, 'f');
+                std::string error;
+                try {
+                    for (int i = 0; i < 100000; ++i) {
+                        co_await out.write(msg);
+                        co_await out.flush();
+                    }
+                } catch (const rdma::connection_closed& e) {
+                    error = e.what();
+                }
+                uint64_t fired = rdma::faults().fired(rdma::fault::ignore_credits);
+                rdma::faults().disarm();
+                std::printf("  flooder: %lu sends without a credit, then: %s\n", fired, error.c_str());
+                EXPECT_GT(fired, 0u);
+                co_return error;
+            });
+            EXPECT_FALSE(flood_error.empty()) << "the flooding connection was never cut off";
+            size_t bad = co_await with_timeout(steady_clock_type::now() + 60s, std::move(honest));
+            EXPECT_EQ(bad, SIZE_MAX) << "the honest client's stream broke";
+            EXPECT_TRUE(co_await all_connections_gone());
+            co_await stop_echo_server();
+            echo_errors_expected = false;
+            bool cut = false;
+            for (const auto& e : echo_errors) {
+                cut = cut || e.find("data without a credit") != std::string::npos;
+            }
+            EXPECT_TRUE(cut) << "the server did not name the protocol error";
+            EXPECT_EQ(echo_errors.size(), 1u) << "more than the flooding connection failed";
+            EXPECT_EQ(buffers_held(), 0u);
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(faults, a_failed_post_or_a_qp_in_error_fails_only_that_connection) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        echo_errors_expected = true;
+        start_echo_server(a);
+        co_await submit_to(1, [a]() -> future<> {
+            for (rdma::fault f : {rdma::fault::post_send_fails, rdma::fault::qp_error}) {
+                net::connected_socket s = co_await rdma::connect(a);
+                net::output_stream out = s.output();
+                net::input_stream in = s.input();
+                rdma::faults().arm(f);
+                std::string error;
+                try {
+                    co_await out.write("doomed");
+                    co_await out.flush();
+                    co_await with_timeout(steady_clock_type::now() + 10s, in.read());
+                } catch (const rdma::connection_closed& e) {
+                    error = e.what();
+                }
+                std::printf("  %s: %s\n", f == rdma::fault::qp_error ? "qp_error" : "post_send_fails",
+                            error.c_str());
+                EXPECT_EQ(rdma::faults().fired(f), 1u);
+                EXPECT_FALSE(error.empty());
+                if (f == rdma::fault::post_send_fails) {
+                    EXPECT_NE(error.find("ibv_post_send"), std::string::npos) << error;
+                }
+                rdma::faults().disarm();
+            }
+            // A new connection works.
+            net::connected_socket s = co_await rdma::connect(a);
+            net::output_stream out = s.output();
+            net::input_stream in = s.input();
+            co_await out.write("fine");
+            co_await out.flush();
+            net::temporary_buffer b = co_await in.read_exactly(4);
+            EXPECT_EQ(b.view(), "fine");
+            co_await out.close();
+        });
+        EXPECT_TRUE(co_await all_connections_gone());
+        co_await stop_echo_server();
+        echo_errors_expected = false;
+        EXPECT_EQ(buffers_held(), 0u);
+        uint64_t held1 = co_await submit_to(1, [] { return buffers_held(); });
+        EXPECT_EQ(held1, 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(faults, a_stream_resumes_after_the_pool_ran_dry) {
+    // Allocations on the client's shard fail for a while (fault pool_allocation): its stream
+    // starves (no pool copy for its writes, no receives for its credits) and must carry on by
+    // itself once allocations work again. (A ticker keeps the shard polling meanwhile, as other
+    // work would: an injected fault only runs out when it is hit.)
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        start_echo_server(a);
+        co_await submit_to(1, [a]() -> future<> {
+            net::connected_socket s = co_await rdma::connect(a);
+            net::input_stream in = s.input();
+            net::output_stream out = s.output();
+            constexpr size_t total = 1 << 20;
+            rdma::faults().arm(rdma::fault::pool_allocation, 0, 300);
+            bool done = false;
+            auto ticker = [](bool& done) -> future<> {
+                while (!done) {
+                    co_await sleep(1ms);
+                }
+            }(done);
+            auto w = write_pattern(out, total, 21, 1000);
+            size_t bad = co_await read_pattern(in, total, 21);
+            co_await std::move(w);
+            done = true;
+            co_await std::move(ticker);
+            uint64_t fired = rdma::faults().fired(rdma::fault::pool_allocation);
+            rdma::faults().disarm();
+            std::printf("  %lu allocations failed on the way\n", fired);
+            EXPECT_EQ(bad, SIZE_MAX);
+            EXPECT_EQ(fired, 300u);
+            co_await out.close();
+        });
+        co_await stop_echo_server();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, a_stream_starved_by_an_exhausted_pool_resumes_when_memory_is_freed) {
+    // The client's shard hands out its whole pool; its stream cannot copy writes nor post
+    // receives for credits. Freeing the hoard must wake it (nothing else happens on the shard).
+    rdma::options o = test_options();
+    o.pool.max_bytes = o.pool.initial_bytes;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            start_echo_server(a);
+            co_await submit_to(1, [a]() -> future<> {
+                net::connected_socket s = co_await rdma::connect(a);
+                net::input_stream in = s.input();
+                net::output_stream out = s.output();
+                auto& pool = rdma::shard_context::local().pool();
+                static std::vector<rdma::buffer> hoard;
+                for (;;) {
+                    rdma::buffer b = pool.try_allocate(16 << 10); // the class the stream needs
+                    if (!b) {
+                        break;
+                    }
+                    hoard.push_back(std::move(b));
+                }
+                const uint64_t failures = pool.stats().failures;
+                constexpr size_t total = 512 << 10;
+                auto w = write_pattern(out, total, 22, 1000);
+                auto r = read_pattern(in, total, 22);
+                co_await sleep(200ms);
+                std::printf("  hoarded %zu buffers; %lu allocations failed while starved\n", hoard.size(),
+                            pool.stats().failures - failures);
+                EXPECT_FALSE(r.available()) << "the stream went through an exhausted pool?";
+                (void)submit_to(0, [] { return make_ready_future<>(); }); // nothing for shard 1 to do
+                hoard.clear(); // memory is back: the starved stream must go on
+                size_t bad = co_await with_timeout(steady_clock_type::now() + 30s, std::move(r));
+                co_await std::move(w);
+                EXPECT_EQ(bad, SIZE_MAX);
+                co_await out.close();
+            });
+            co_await stop_echo_server();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(one_sided, a_queued_write_with_imm_is_not_starved_by_a_busy_stream) {
+    // The stream keeps the send window full; a WRITE_WITH_IMM queued behind it must get a
+    // credit while the stream still has bytes to send, not after it ran dry.
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            rdma::listener l = rdma::listen_rc(a);
+            auto accepted = l.accept();
+            constexpr size_t total = 8 << 20;
+            auto client = submit_to(1, [a]() -> future<uint64_t> {
+                rdma::connection c = co_await rdma::connect_rc(a);
+                net::connected_socket s = c.socket();
+                net::output_stream out = s.output();
+                auto w = write_pattern(out, total, 5, 64 << 10);
+                bool busy =
+                    co_await eventually([&c] { return c.stats().bytes_sent >= (512 << 10); }, 30000ms);
+                RDMA_CHECK(busy);
+                co_await with_timeout(steady_clock_type::now() + 30s,
+                                      c.write_with_imm({}, rdma::remote_region{0, 0, 0}, 0, 77));
+                uint64_t sent_then = c.stats().bytes_sent;
+                co_await std::move(w);
+                co_await out.close();
+                co_return sent_then;
+            });
+            rdma::connection c = co_await std::move(accepted);
+            net::connected_socket s = c.socket();
+            net::input_stream in = s.input();
+            auto imm = c.next_immediate();
+            size_t bad = co_await read_pattern(in, total, 5);
+            EXPECT_EQ(bad, SIZE_MAX);
+            uint32_t v = co_await std::move(imm);
+            EXPECT_EQ(v, 77u);
+            uint64_t sent_then = co_await std::move(client);
+            std::printf("  the WRITE_WITH_IMM completed after %lu of %zu stream bytes\n", sent_then, total);
+            EXPECT_LT(sent_then, uint64_t(total)) << "the queued WRITE_WITH_IMM waited for the stream to end";
+            c = rdma::connection();
             EXPECT_TRUE(co_await all_connections_gone());
         },
         o);
