@@ -368,7 +368,9 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
     , _depth(std::max(8u, opts.send_queue_depth))
     , _slots(std::make_unique<send_slot[]>(_depth)) {
     _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
-    _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 1u, max_imm_ctrl_credits);
+    // At least 2: a credit-only message that returns one control credit must not be answered
+    // by another (two idle peers with one control credit each would bounce them forever).
+    _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 2u, max_imm_ctrl_credits);
     _opts.signal_every = std::clamp(_opts.signal_every, 1u, _depth / 2);
     for (unsigned i = 0; i < _depth; ++i) {
         _slots[i].conn = this;
@@ -608,6 +610,7 @@ void connection_impl::established(const cm_event& ev) noexcept {
     }
     _setup_timer.cancel();
     _state = state::established;
+    _was_established = true;
     _local_addr = address_of(rdma_get_local_addr(_id));
     _peer_addr = address_of(rdma_get_peer_addr(_id));
     if (_active) {
@@ -687,12 +690,56 @@ void connection_impl::close(std::exception_ptr why) noexcept {
     }
 }
 
+void connection_impl::on_qp_event(ibv_event_type type) noexcept {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    switch (type) {
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        _last_wqe = true;
+        if (_awaiting_last_wqe) {
+            _close_timer.cancel();
+            _ctx->count_last_wqe(true);
+            _last_wqe_wait_over = true;
+            _ctx->destroy_later(this);
+        }
+        break;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_PATH_MIG_ERR:
+        close(std::make_exception_ptr(
+            connection_closed(fmt::format("RDMA connection to {}: the device reported {} on its QP",
+                                          _peer_addr.to_string(), ibv_event_type_str(type)))));
+        break;
+    default:
+        break;
+    }
+}
+
 void connection_impl::destroy_resources() noexcept {
     if (_resources_gone) {
         return;
     }
+    if (_qp && _was_established && !_last_wqe && !_last_wqe_wait_over) {
+        // The QP is in the error state (close): wait until the device is done with its shared
+        // receives, bounded (rxe, for one, never reports it).
+        if (!_awaiting_last_wqe) {
+            _awaiting_last_wqe = true;
+            _close_timer.set_callback([this] {
+                _ctx->count_last_wqe(false);
+                _last_wqe_wait_over = true;
+                _ctx->destroy_later(this);
+            });
+            _close_timer.arm(_opts.last_wqe_timeout);
+        }
+        return;
+    }
+    _close_timer.cancel();
     _resources_gone = true;
     cm_log.debug("connection {} ({}): freeing its QP and id", fmt::ptr(this), _peer_addr.to_string());
+    // Drain first, while the QP exists and its receives still reach this connection
+    // (destroying it may discard its queued completions and with them the SRQ buffers they
+    // own), then destroy it and drain what raced in.
+    _ctx->drain_cq();
     if (_qp_registered) {
         _ctx->unregister_qp(_qp->qp_num);
         _qp_registered = false;
@@ -701,7 +748,7 @@ void connection_impl::destroy_resources() noexcept {
         rdma_destroy_qp(_id);
         _qp = nullptr;
     }
-    // No completion can name the QP now; take those already queued (receives find no owner,
+    // No completion can name the QP now; take those still queued (receives find no owner,
     // sends retire their slots), then retire what never completed.
     _ctx->drain_cq();
     while (_tail < _posted) {

@@ -77,9 +77,9 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
         _cq = std::make_unique<internal::cq_poller>(verbs, _opts.cq_size + _opts.srq_size, _opts.cq_batch,
                                                     static_cast<internal::cq_poller::hooks&>(*this));
         _cq_reserved = _opts.srq_size;
-        _srq = std::make_unique<internal::shared_receive_queue>(qp_pd(), *_pool, _opts.srq_size,
-                                                                _opts.recv_buffer_size,
-                                                                static_cast<internal::receive_sink&>(*this));
+        _srq = std::make_unique<internal::shared_receive_queue>(
+            qp_pd(), *_pool, _opts.srq_size, _opts.recv_buffer_size,
+            static_cast<internal::receive_sink&>(*this), _opts.srq_slack);
         _cm = rdma_create_event_channel();
         if (!_cm) {
             internal::throw_errno("rdma_create_event_channel", errno);
@@ -89,6 +89,22 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
             internal::throw_errno("making the rdma_cm channel non-blocking", errno);
         }
         _cm_watcher = std::make_unique<internal::fd_watcher>(_cm->fd, [this] { on_cm_readable(); });
+        if (shard == 0) {
+            // One reader of the device's asynchronous events (QP fatal / last WQE, SRQ limit,
+            // port and device events); it hands each to the shard that owns what it names.
+            int aflags = fcntl(verbs->async_fd, F_GETFL);
+            if (aflags < 0 || fcntl(verbs->async_fd, F_SETFL, aflags | O_NONBLOCK) < 0) {
+                internal::throw_errno("making the device's async event fd non-blocking", errno);
+            }
+            _async_watcher = std::make_unique<internal::fd_watcher>(
+                verbs->async_fd, [this] { on_async_readable(); },
+                [](int) {
+                    // Events can no longer be read: the device is as good as failed.
+                    internal::async_event ev;
+                    ev.type = IBV_EVENT_DEVICE_FATAL;
+                    dispatch_async(ev);
+                });
+        }
     } catch (...) {
         if (_cm) {
             rdma_destroy_event_channel(_cm);
@@ -114,6 +130,7 @@ shard_context::~shard_context() {
         ctx_log.error("shard {}: RDMA context destroyed with {} connections", _shard, _connections.size());
     }
     _cm_watcher.reset();
+    _async_watcher.reset();
     if (_cm) {
         rdma_destroy_event_channel(_cm);
     }
@@ -160,18 +177,29 @@ context_stats shard_context::stats() const noexcept {
     s.cm_events = _cm_events;
     s.srq_posted = _srq->posted();
     s.srq_committed = _srq->committed();
+    s.async_events = _async_events;
+    s.last_wqe_events = _last_wqe_events;
+    s.last_wqe_timeouts = _last_wqe_timeouts;
+    s.srq_limit_events = _srq_limit_events;
     return s;
 }
 
 void shard_context::start() {
     _cq->start();
     _cm_watcher->start();
+    if (_async_watcher) {
+        _async_watcher->start();
+    }
+    _srq->refill(); // the slack, posted once; receives it loses are reposted as they complete
 }
 
 void shard_context::add_connection(internal::connection_impl* c, unsigned send_queue_depth) {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA context");
     if (_stopping) {
         throw connection_closed("RDMA is shutting down on shard " + std::to_string(_shard));
+    }
+    if (_device_failure) {
+        std::rethrow_exception(_device_failure);
     }
     _cq->ensure_capacity(_cq_reserved + send_queue_depth);
     _cq_reserved += send_queue_depth;
@@ -311,6 +339,89 @@ void shard_context::on_cm_readable() noexcept {
     }
 }
 
+void shard_context::on_async_readable() noexcept {
+    ibv_context* verbs = _dev->context();
+    ibv_async_event raw;
+    while (ibv_get_async_event(verbs, &raw) == 0) {
+        internal::async_event ev;
+        ev.type = raw.event_type;
+        if (internal::is_qp_event(ev.type)) {
+            ev.qp_num = raw.element.qp->qp_num;
+        } else if (internal::is_srq_event(ev.type)) {
+            ev.srq = raw.element.srq;
+        } else {
+            ev.port = raw.element.port_num;
+        }
+        // Acknowledged before anything is done: destroying a QP waits for its events' acks.
+        ibv_ack_async_event(&raw);
+        ctx_log.debug("shard {}: async event {} (QP {}, port {})", _shard, ibv_event_type_str(ev.type),
+                      ev.qp_num, ev.port);
+        dispatch_async(ev);
+    }
+}
+
+void shard_context::dispatch_async(const internal::async_event& ev) noexcept {
+    for (unsigned s = 0; s < shard_count(); ++s) {
+        (void)submit_to(s, [ev] {
+            if (shard_context* c = shard_context::local_or_null()) {
+                c->on_async_event(ev);
+            }
+        });
+    }
+}
+
+void shard_context::on_async_event(const internal::async_event& ev) noexcept {
+    ++_async_events;
+    if (internal::is_qp_event(ev.type)) {
+        auto it = _qps.find(ev.qp_num);
+        if (it != _qps.end()) {
+            it->second->on_qp_event(ev.type);
+        }
+        return;
+    }
+    if (internal::is_srq_event(ev.type)) {
+        if (ev.srq != _srq->srq()) {
+            return;
+        }
+        if (ev.type == IBV_EVENT_SRQ_LIMIT_REACHED) {
+            ++_srq_limit_events;
+            _srq->refill();
+        } else {
+            fail_device("its shared receive queue of shard " + std::to_string(_shard) + " failed");
+        }
+        return;
+    }
+    switch (ev.type) {
+    case IBV_EVENT_PORT_ERR:
+        // Kept: RC retries ride out a short outage; a QP whose peer stays unreachable fails on
+        // its own (retry count exceeded) and only that connection closes.
+        ctx_log.warn("shard {}: port {} of {} went down; connections are kept (each fails if its "
+                     "peer stays unreachable)",
+                     _shard, ev.port, _dev->name());
+        break;
+    case IBV_EVENT_PORT_ACTIVE:
+        ctx_log.info("shard {}: port {} of {} is up", _shard, ev.port, _dev->name());
+        break;
+    case IBV_EVENT_DEVICE_FATAL:
+        fail_device("fatal device error");
+        break;
+    default:
+        break;
+    }
+}
+
+void shard_context::fail_device(const std::string& why) noexcept {
+    if (!_device_failure) {
+        ctx_log.error("shard {}: RDMA device {} unusable: {}; its connections fail, the shard keeps running",
+                      _shard, _dev->name(), why);
+        _device_failure = std::make_exception_ptr(
+            connection_closed("the RDMA device " + _dev->name() + " can no longer be used: " + why));
+    }
+    for (auto* c : std::vector<internal::connection_impl*>(_connections)) {
+        c->close(_device_failure);
+    }
+}
+
 future<> shard_context::close_all() {
     _stopping = true;
     std::vector<future<>> closing;
@@ -331,6 +442,9 @@ future<> shard_context::close_all() {
 future<> shard_context::stop_watchers() {
     co_await _cq->stop();
     co_await _cm_watcher->stop();
+    if (_async_watcher) {
+        co_await _async_watcher->stop();
+    }
 }
 
 // --- start / stop

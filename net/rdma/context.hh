@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/future.hh"
+#include "net/rdma/async_event.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/cq_poller.hh"
 #include "net/rdma/device.hh"
@@ -29,13 +30,17 @@ class listener_impl;
 
 /// Counters of a shard's RDMA context; read them on its shard.
 struct context_stats {
-    internal::cq_stats cq;        ///< completion queue and wake-ups
-    uint64_t post_send_calls = 0; ///< ibv_post_send calls (each carries a batch of requests)
-    uint64_t send_requests = 0;   ///< send work requests posted
-    uint64_t connections = 0;     ///< connections alive on the shard
-    uint64_t cm_events = 0;       ///< rdma_cm events handled
-    unsigned srq_posted = 0;      ///< receives posted in the SRQ
-    unsigned srq_committed = 0;   ///< of which promised to peers as credits
+    internal::cq_stats cq;          ///< completion queue and wake-ups
+    uint64_t post_send_calls = 0;   ///< ibv_post_send calls (each carries a batch of requests)
+    uint64_t send_requests = 0;     ///< send work requests posted
+    uint64_t connections = 0;       ///< connections alive on the shard
+    uint64_t cm_events = 0;         ///< rdma_cm events handled
+    unsigned srq_posted = 0;        ///< receives posted in the SRQ
+    unsigned srq_committed = 0;     ///< of which promised to peers as credits
+    uint64_t async_events = 0;      ///< device asynchronous events handled on this shard
+    uint64_t last_wqe_events = 0;   ///< QPs whose teardown saw IBV_EVENT_QP_LAST_WQE_REACHED
+    uint64_t last_wqe_timeouts = 0; ///< QPs torn down after waiting for it in vain
+    uint64_t srq_limit_events = 0;  ///< IBV_EVENT_SRQ_LIMIT_REACHED (the SRQ was refilled)
 };
 
 /// One shard's RDMA resources: a protection domain (on a thread domain / parent domain where
@@ -118,6 +123,13 @@ public:
     }
     /// True once `close_all` began: new connections are refused.
     bool stopping() const noexcept { return _stopping; }
+    /// Handles a device asynchronous event on this shard (QP and SRQ events for what this shard
+    /// owns, device-wide ones for all). Shard 0 reads the device's events and sends each here.
+    void on_async_event(const internal::async_event& ev) noexcept;
+    /// Counts a QP teardown that saw its last-WQE event (`true`) or gave up waiting for it.
+    void count_last_wqe(bool seen) noexcept { ++(seen ? _last_wqe_events : _last_wqe_timeouts); }
+    /// Why the device can no longer be used (null while it can).
+    std::exception_ptr device_failure() const noexcept { return _device_failure; }
 
     /// Starts the poller and the event-channel watchers.
     void start();
@@ -131,6 +143,9 @@ private:
     bool after_poll() noexcept override;
     void on_receive(const ibv_wc& wc, buffer& buf) noexcept override;
     void on_cm_readable() noexcept;
+    void on_async_readable() noexcept;
+    static void dispatch_async(const internal::async_event& ev) noexcept;
+    void fail_device(const std::string& why) noexcept;
     void reap() noexcept;
 
     std::shared_ptr<const device> _dev;
@@ -144,6 +159,7 @@ private:
     std::unique_ptr<internal::shared_receive_queue> _srq;
     rdma_event_channel* _cm = nullptr;
     std::unique_ptr<internal::fd_watcher> _cm_watcher;
+    std::unique_ptr<internal::fd_watcher> _async_watcher; // shard 0 only
     std::unordered_map<uint32_t, internal::connection_impl*> _qps;
     std::vector<internal::connection_impl*> _connections;
     std::vector<internal::connection_impl*> _dirty;
@@ -155,6 +171,11 @@ private:
     uint64_t _post_send_calls = 0;
     uint64_t _send_requests = 0;
     uint64_t _cm_events = 0;
+    uint64_t _async_events = 0;
+    uint64_t _last_wqe_events = 0;
+    uint64_t _last_wqe_timeouts = 0;
+    uint64_t _srq_limit_events = 0;
+    std::exception_ptr _device_failure;
     bool _stopping = false;
     std::optional<promise<>> _all_closed;
 };

@@ -13,9 +13,10 @@ namespace {
 logger watch_log("rdma");
 }
 
-fd_watcher::fd_watcher(int fd, std::function<void()> on_readable)
+fd_watcher::fd_watcher(int fd, std::function<void()> on_readable, std::function<void(int)> on_failed)
     : _fd(fd)
-    , _on_readable(std::move(on_readable)) {}
+    , _on_readable(std::move(on_readable))
+    , _on_failed(std::move(on_failed)) {}
 
 fd_watcher::~fd_watcher() {
     if (_pending) {
@@ -25,6 +26,8 @@ fd_watcher::~fd_watcher() {
 
 void fd_watcher::start() {
     _stopping = false;
+    _failed = false;
+    _consecutive_errors = 0;
     if (!_pending) {
         arm();
     }
@@ -59,10 +62,24 @@ void fd_watcher::complete(int result, uint32_t) noexcept {
         return; // the reactor is shutting down
     }
     if (result < 0) {
-        watch_log.error("polling fd {} failed: {}", _fd, std::strerror(-result));
-        return;
+        // Not watching any more would lose every later wake-up (a shard asleep forever with
+        // completions queued): watch again, and give up loudly only on an error that persists.
+        ++_errors;
+        if (++_consecutive_errors > max_consecutive_errors) {
+            watch_log.error("polling fd {} failed {} times in a row ({}): no longer watched", _fd,
+                            _consecutive_errors, std::strerror(-result));
+            _failed = true;
+            if (_on_failed) {
+                _on_failed(-result);
+            }
+            return;
+        }
+        watch_log.warn("polling fd {} failed: {}; watching it again", _fd, std::strerror(-result));
+    } else {
+        _consecutive_errors = 0;
+        ++_wakeups;
     }
-    ++_wakeups;
+    // After an error the fd may be readable: the handler reads until empty either way.
     _on_readable();
     if (!_stopping && !_pending) {
         try {

@@ -3,6 +3,7 @@
 #include "core/log.hh"
 #include "core/smp.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/fault_injector.hh"
 #include "net/rdma/shard_check.hh"
 
 #include <atomic>
@@ -231,6 +232,11 @@ void memory_pool::largest_class_unlink(internal::buffer_desc* d) noexcept {
 
 buffer memory_pool::try_allocate(size_t size, bool optional) noexcept {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA memory pool");
+    if (internal::inject(fault::pool_allocation)) [[unlikely]] {
+        ++_stats.failures;
+        _last_error = "injected fault (pool_allocation)";
+        return buffer();
+    }
     if (size > _opts.max_buffer) {
         ++_stats.failures;
         _last_error =

@@ -140,6 +140,7 @@ future<> connection_impl::read(local_span dst, const remote_region& src, uint64_
 }
 
 future<> connection_impl::issue_read(local_span dst, const remote_region& src, uint64_t offset) {
+    take_turn(false);
     send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);
     s.wr.opcode = IBV_WR_RDMA_READ;
     s.done = promise<>();
@@ -163,6 +164,7 @@ future<> connection_impl::write(local_span src, const remote_region& dst, uint64
 }
 
 future<> connection_impl::issue_write(local_span src, const remote_region& dst, uint64_t offset) {
+    take_turn(false);
     send_slot& s = prepare_one_sided(send_slot::op::write, src, dst, offset);
     s.wr.opcode = IBV_WR_RDMA_WRITE;
     if (src.length <= _max_inline && src.length > 0) {
@@ -192,6 +194,7 @@ future<> connection_impl::write_with_imm(local_span src, const remote_region& ds
 
 future<> connection_impl::issue_write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
                                                uint32_t imm) {
+    take_turn(true);
     send_slot& s = prepare_one_sided(send_slot::op::write_imm, src, dst, offset);
     s.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     s.wr.imm_data = htonl(imm);
@@ -224,6 +227,7 @@ future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t o
 }
 
 future<uint64_t> connection_impl::issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
+    take_turn(false);
     if (!_atomics) {
         _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
         if (!_atomics) {
@@ -268,6 +272,7 @@ future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_
 
 future<uint64_t> connection_impl::issue_compare_swap(const remote_region& dst, uint64_t offset,
                                                      uint64_t expected, uint64_t desired) {
+    take_turn(false);
     if (!_atomics) {
         _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
         if (!_atomics) {

@@ -36,6 +36,9 @@ struct connection_options {
     std::chrono::milliseconds resolve_timeout{2000};
     /// Time allowed for the whole connection setup.
     std::chrono::milliseconds connect_timeout{10000};
+    /// At teardown, how long to wait for IBV_EVENT_QP_LAST_WQE_REACHED (the device is done with
+    /// the QP's shared receives) before draining the CQ and destroying the QP anyway.
+    std::chrono::milliseconds last_wqe_timeout{50};
 };
 
 /// Everything `rdma::start` needs.
@@ -47,6 +50,12 @@ struct options {
     size_t recv_buffer_size = size_t(64) << 10;
     /// Receives a shard's SRQ holds at most (bounds credits over all its connections).
     unsigned srq_size = 8192;
+    /// Receives kept posted beyond those promised to peers (at most half of `srq_size`): a peer
+    /// that sends without credits consumes receives promised to others until its first message
+    /// is polled and it is disconnected. A shoal peer has at most its send queue depth in
+    /// flight, so the default covers one such peer; the SRQ limit event refills the slack when
+    /// half of it is gone.
+    unsigned srq_slack = 128;
     /// Initial CQ entries of a shard (the CQ grows as connections are added).
     unsigned cq_size = 4096;
     /// Completions taken per ibv_poll_cq.

@@ -5,6 +5,7 @@
 #include "core/log.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/fault_injector.hh"
 
 #include <algorithm>
 #include <cstring>
@@ -136,7 +137,13 @@ void connection_impl::post_pending() noexcept {
     }
     unsigned n = unsigned(_head - _posted);
     ibv_send_wr* bad = nullptr;
-    int rc = ibv_post_send(_qp, &_slots[_posted % _depth].wr, &bad);
+    int rc = 0;
+    if (faults().armed()) [[unlikely]] {
+        rc = inject_post_faults(bad);
+    }
+    if (rc == 0) {
+        rc = ibv_post_send(_qp, &_slots[_posted % _depth].wr, &bad);
+    }
     _ctx->count_post(n);
     uint64_t end = _head;
     if (rc != 0) {
@@ -159,6 +166,19 @@ void connection_impl::post_pending() noexcept {
         close(std::make_exception_ptr(connection_closed(
             errno_text("ibv_post_send on the connection to " + _peer_addr.to_string(), rc))));
     }
+}
+
+int connection_impl::inject_post_faults(ibv_send_wr*& bad) noexcept {
+    if (faults().hit(fault::qp_error)) {
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(_qp, &attr, IBV_QP_STATE); // the batch is posted and flushed with errors
+    }
+    if (faults().hit(fault::post_send_fails)) {
+        bad = &_slots[_posted % _depth].wr; // nothing of the batch was posted
+        return EIO;
+    }
+    return 0;
 }
 
 void connection_impl::fail_unposted() noexcept {
@@ -221,23 +241,34 @@ void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept 
     // Completions of one send queue arrive in order: this one retires every unsignaled request
     // posted before it (they succeeded; after an error each request completes on its own).
     const uint64_t target = s.seq;
+    // The error is described before the slot is retired: retiring frees it (its kind with it).
+    std::exception_ptr failure;
+    if (wc.status != IBV_WC_SUCCESS && _state != state::closing && _state != state::closed) {
+        failure = wc.status != IBV_WC_WR_FLUSH_ERR ? op_error(s, wc.status) : closed_error();
+    }
     while (_tail <= target && _tail < _posted) {
         send_slot& t = _slots[_tail % _depth];
         ++_tail;
         finish_slot(t, &t == &s ? wc.status : IBV_WC_SUCCESS, &wc);
     }
-    if (wc.status != IBV_WC_SUCCESS && _state != state::closing && _state != state::closed) {
-        if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-            qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));
-            close(op_error(s, wc.status));
-        } else {
-            close(closed_error());
-        }
+    if (failure && _state != state::closing && _state != state::closed) {
+        qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));
+        close(failure);
     }
     if (_state == state::established) {
-        transmit();
-        wake_space_waiters();
+        serve_senders();
     }
+}
+
+void connection_impl::serve_senders() noexcept {
+    // Fair between the stream and queued one-sided operations: the first queued operation gets
+    // its turn before the stream takes what it can (else a busy stream took every credit and a
+    // queued WRITE_WITH_IMM waited for as long as the stream had bytes), then the rest.
+    if (!_space_waiters.empty()) {
+        wake_space_waiters(1);
+    }
+    transmit();
+    wake_space_waiters();
 }
 
 bool connection_impl::consume_data_credit() noexcept {
@@ -338,8 +369,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         return;
     }
     if (f.credits || f.ctrl_credits) {
-        transmit();
-        wake_space_waiters();
+        serve_senders();
     }
 }
 
@@ -387,11 +417,12 @@ bool connection_impl::retry_credits() noexcept {
     if (_credits_to_return) {
         need_post();
     }
+    _tx_starved = false;
     if (!_tx.empty()) {
-        transmit();
+        transmit(); // sets _tx_starved again when the pool is still dry
     }
-    if (got < want) {
-        return false;
+    if (got < want || _tx_starved) {
+        return false; // stays on the shard's starved list: retried next poll
     }
     _starved = false;
     return true;
@@ -446,23 +477,40 @@ bool connection_impl::must_wait(bool needs_credit) const noexcept {
 
 future<> connection_impl::wait_turn(bool needs_credit) {
     _space_waiters.push_back(space_waiter{promise<>(), needs_credit});
-    return _space_waiters.back().pr.get_future().then([this, needs_credit] {
-        // The reservation made when this waiter was woken is this operation's to use now.
-        --_reserved_slots;
-        if (needs_credit) {
-            --_reserved_credits;
-        }
+    // The continuation holds the connection: it may run after everybody else dropped it.
+    return _space_waiters.back().pr.get_future().then([this, hold = make_ref(), needs_credit] {
         if (!usable()) {
+            release_turn(needs_credit);
             return make_exception_future<>(_error ? _error : closed_error());
         }
+        // The reservation made when this waiter was woken stays until the operation takes its
+        // slot (prepare_one_sided): it is issued by the next continuation, a separate task, and
+        // the stream must not take the slot or credit in between.
+        ++_turns_ready;
         return make_ready_future<>();
     });
 }
 
-void connection_impl::wake_space_waiters() noexcept {
+void connection_impl::take_turn(bool needs_credit) noexcept {
+    if (_turns_ready > 0) {
+        // A queued operation whose turn came (turns are taken in call order): its reserved
+        // slot (and credit) become the ones it uses now.
+        --_turns_ready;
+        release_turn(needs_credit);
+    }
+}
+
+void connection_impl::release_turn(bool needs_credit) noexcept {
+    --_reserved_slots;
+    if (needs_credit) {
+        --_reserved_credits;
+    }
+}
+
+void connection_impl::wake_space_waiters(unsigned max) noexcept {
     // In call order: a waiter that cannot go yet holds back everyone behind it. Each one woken
     // gets its slot (and credit) reserved, so nothing else takes them before its task runs.
-    while (!_space_waiters.empty()) {
+    for (unsigned woken = 0; !_space_waiters.empty() && woken < max; ++woken) {
         space_waiter& w = _space_waiters.front();
         if (usable()) {
             if (!can_issue(w.needs_credit)) {

@@ -148,8 +148,14 @@ public:
     void on_receive(const ibv_wc& wc, buffer& buf) noexcept;
     /// Retries getting receive buffers for credits owed to the peer; true when satisfied.
     bool retry_credits() noexcept;
-    /// Frees the QP and the id (at the end of a poll); deletes this when no user holds it.
+    /// Frees the QP and the id (at the end of a poll); deletes this when no user holds it. A QP
+    /// that was connected is first left in the error state until the device reports its last
+    /// shared receive consumed (IBV_EVENT_QP_LAST_WQE_REACHED, or `last_wqe_timeout`), then the
+    /// CQ is drained, then the QP destroyed: destroying it earlier lets a NIC drop completions
+    /// that still own SRQ buffers.
     void destroy_resources() noexcept;
+    /// A device asynchronous event about this connection's QP.
+    void on_qp_event(ibv_event_type type) noexcept;
 
     // --- one-sided (one_sided.cc)
     /// See `rdma::connection::read`; waits for a free send slot.
@@ -178,6 +184,8 @@ public:
     future<> stream_close_output();
     /// Drops unread messages (returning their credits) and ends the stream for the reader.
     void stream_shutdown_input() noexcept;
+    /// Breaks the connection at once (see `stream_socket::abort`).
+    void stream_abort() noexcept;
     /// Largest message this side sends: the peer's receive size, capped by the pool's largest
     /// buffer.
     size_t stream_piece_size() const noexcept;
@@ -214,19 +222,30 @@ private:
     void append(send_slot& s) noexcept;
     void finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc* wc) noexcept;
     void fail_unposted() noexcept;
+    /// The armed fault points of posting (tests): may move the QP to the error state; returns
+    /// the error an injected ibv_post_send failure reports (0: none), with `bad` set.
+    int inject_post_faults(ibv_send_wr*& bad) noexcept;
     void maybe_queue_ctrl() noexcept;
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
     bool consume_data_credit() noexcept;
     void consumed(unsigned n) noexcept;
     void grant_credits() noexcept;
-    void wake_space_waiters() noexcept;
+    /// Wakes up to `max` queued one-sided operations whose turn came (in call order).
+    void wake_space_waiters(unsigned max = ~0u) noexcept;
+    /// Credits or slots came back: hands them to queued one-sided operations and the stream,
+    /// fairly (see queue_pair.cc).
+    void serve_senders() noexcept;
     /// Whether a one-sided operation must queue behind earlier ones (or for space) rather than
     /// be issued now: operations are issued strictly in the order they were called.
     bool must_wait(bool needs_credit) const noexcept;
     /// Resolves when it is this operation's turn, with a slot (and a credit if it needs one)
     /// reserved for it; the continuation must issue the operation at once.
     future<> wait_turn(bool needs_credit);
+    /// Start of every issue_*: a queued operation uses up its reservation.
+    void take_turn(bool needs_credit) noexcept;
+    /// Gives back the slot (and credit) reserved for a woken waiter.
+    void release_turn(bool needs_credit) noexcept;
     void break_with(std::exception_ptr ex) noexcept;
     std::exception_ptr op_error(const send_slot& s, ibv_wc_status status) const;
     std::exception_ptr closed_error() const;
@@ -270,7 +289,12 @@ private:
     bool _resources_gone = false;
     bool _dirty = false;
     bool _starved = false;
+    bool _tx_starved = false; // the last transmit found the pool dry
     bool _disconnect_sent = false;
+    bool _was_established = false; // its QP may have consumed shared receives
+    bool _last_wqe = false;        // IBV_EVENT_QP_LAST_WQE_REACHED seen
+    bool _awaiting_last_wqe = false;
+    bool _last_wqe_wait_over = false;
 
     // setup
     std::optional<promise<std::shared_ptr<connection_ref>>> _connect_promise;
@@ -294,6 +318,7 @@ private:
     };
     std::deque<space_waiter> _space_waiters;
     unsigned _reserved_slots = 0;   // woken waiters that have not issued yet
+    unsigned _turns_ready = 0;      // of which passed wait_turn and issue in their next task
     uint32_t _reserved_credits = 0; // of which need a credit
     buffer _atomics;                // 8 bytes per slot for atomic results
 

@@ -14,6 +14,7 @@
 #include "net/rdma/context.hh"
 #include "net/rdma/device.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/fault_injector.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/nic_local.hh"

@@ -10,16 +10,15 @@ namespace shoal::net::rdma::internal {
 
 namespace {
 logger rq_log("rdma");
-/// Receives kept posted beyond what is promised (recycled buffers), before they are freed.
-constexpr unsigned max_spare = 64;
 } // namespace
 
 shared_receive_queue::shared_receive_queue(ibv_pd* pd, memory_pool& pool, unsigned max_wr, size_t buffer_size,
-                                           receive_sink& sink)
+                                           receive_sink& sink, unsigned slack)
     : _pool(pool)
     , _max_wr(max_wr)
     , _buffer_size(buffer_size)
-    , _sink(sink) {
+    , _sink(sink)
+    , _slack(std::min(slack, max_wr / 2)) {
     if (buffer_size > pool.max_buffer_size()) {
         throw rdma_error("receive buffers of " + std::to_string(buffer_size) +
                          " bytes exceed the largest pool buffer (" + std::to_string(pool.max_buffer_size()) +
@@ -139,7 +138,7 @@ void shared_receive_queue::release(unsigned n) noexcept {
 void shared_receive_queue::on_complete(slot& s, const ibv_wc& wc) noexcept {
     --_posted;
     _sink.on_receive(wc, s.buf);
-    if (s.buf && wc.status == IBV_WC_SUCCESS && _posted < _committed + max_spare) {
+    if (s.buf && wc.status == IBV_WC_SUCCESS && _posted < _committed + _slack) {
         // Left here (a credit-only message, an immediate, or data nobody reads): reuse it.
         if (post(s)) {
             return;
@@ -148,6 +147,25 @@ void shared_receive_queue::on_complete(slot& s, const ibv_wc& wc) noexcept {
     s.buf.reset();
     s.next_free = _free;
     _free = &s;
+}
+
+void shared_receive_queue::arm_limit() noexcept {
+    if (!_limit_supported || _slack < 2) {
+        return;
+    }
+    ibv_srq_attr attr{};
+    attr.srq_limit = _slack / 2;
+    if (int rc = ibv_modify_srq(_srq, &attr, IBV_SRQ_LIMIT); rc != 0) {
+        rq_log.debug("ibv_modify_srq(limit {}): {}; no SRQ limit events", attr.srq_limit, std::strerror(rc));
+        _limit_supported = false;
+    }
+}
+
+void shared_receive_queue::refill() noexcept {
+    if (_posted < _committed + _slack) {
+        post_new(_committed + _slack - _posted, false);
+    }
+    arm_limit();
 }
 
 } // namespace shoal::net::rdma::internal

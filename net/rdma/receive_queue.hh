@@ -27,9 +27,10 @@ protected:
 /// credits never finds the queue empty (no RNR; QPs use rnr_retry = 0).
 class shared_receive_queue {
 public:
-    /// Creates an SRQ of `max_wr` receives of `buffer_size` bytes on `pd`. Throws rdma_error.
+    /// Creates an SRQ of `max_wr` receives of `buffer_size` bytes on `pd`, keeping `slack`
+    /// receives posted beyond those promised. Throws rdma_error.
     shared_receive_queue(ibv_pd* pd, memory_pool& pool, unsigned max_wr, size_t buffer_size,
-                         receive_sink& sink);
+                         receive_sink& sink, unsigned slack);
     ~shared_receive_queue();
     shared_receive_queue(const shared_receive_queue&) = delete;
     shared_receive_queue& operator=(const shared_receive_queue&) = delete;
@@ -53,6 +54,14 @@ public:
     void release(unsigned n) noexcept;
     /// A promised receive was consumed by a message.
     void consumed() noexcept { --_committed; }
+    /// Receives kept posted beyond the promised ones: what a peer sending without credits can
+    /// consume before it is caught without honest peers finding the queue empty.
+    unsigned slack() const noexcept { return _slack; }
+    /// Asks the device for IBV_EVENT_SRQ_LIMIT_REACHED when fewer than half the slack is
+    /// posted (ignored where the device cannot).
+    void arm_limit() noexcept;
+    /// After the limit event: posts up to promised + slack again and re-arms the limit.
+    void refill() noexcept;
 
 private:
     struct slot final : completion_handler {
@@ -74,6 +83,8 @@ private:
     slot* _free = nullptr;
     unsigned _posted = 0;
     unsigned _committed = 0;
+    unsigned _slack;
+    bool _limit_supported = true;
 };
 
 } // namespace shoal::net::rdma::internal

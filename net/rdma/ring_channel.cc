@@ -584,7 +584,7 @@ ring_producer::~ring_producer() {
     }
 }
 
-future<ring_producer> ring_producer::open(connection c, const remote_region& ring) {
+future<ring_producer> ring_producer::open(connection c, const remote_region& ring, size_t max_capacity) {
     if (!c) {
         throw std::invalid_argument("ring_producer::open: no connection");
     }
@@ -593,6 +593,13 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
             fmt::format("ring_producer::open: a region of {} bytes is not a ring", ring.length));
     }
     const size_t cap = ring.length - ring_layout::header_size;
+    if (cap > max_capacity) {
+        // The peer decides the size; this side would allocate and register as much.
+        throw std::invalid_argument(fmt::format(
+            "ring_producer::open: the peer's ring of {} bytes exceeds this side's limit of {} bytes "
+            "(max_capacity)",
+            cap, max_capacity));
+    }
     internal::check_capacity(cap, "ring_producer::open");
     internal::page_memory mem = internal::allocate_pages(cap + ring_layout::header_size);
     memory_region mr = register_memory(mem.get(), cap + ring_layout::header_size);

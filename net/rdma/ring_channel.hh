@@ -86,7 +86,10 @@ public:
     /// std::logic_error while an earlier attached connection is still usable.
     void attach(connection c);
     /// The next message, in order: a view of its bytes inside the ring, valid until the next
-    /// `receive` or `release` (which give its space back to the producer). Messages whose
+    /// `receive` or `release` (which give its space back to the producer). The view is the
+    /// remote-writable ring itself: an honest producer never writes into space not yet
+    /// released, but a faulty or hostile one can change the bytes at any time, also after they
+    /// were checked. Parse untrusted content from a copy. Messages whose
     /// doorbell arrived are delivered even after the connection broke; then it fails with the
     /// connection's error. One receive at a time.
     future<std::span<const char>> receive();
@@ -118,11 +121,16 @@ public:
     ring_producer& operator=(ring_producer&&) noexcept;
     ~ring_producer();
 
+    /// Rings larger than this are refused by `open` unless the caller allows more.
+    static constexpr size_t default_max_capacity = size_t(64) << 20;
     /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): reads the
     /// ring's header to learn its capacity and current indices, so a producer on a new
     /// connection resumes where the consumer is. Registers one local staging area of the
-    /// ring's size. Fails with std::invalid_argument when `ring` is not a shoal ring.
-    static future<ring_producer> open(connection c, const remote_region& ring);
+    /// ring's size, so the size the peer announces is bounded: a ring of more than
+    /// `max_capacity` data bytes fails with std::invalid_argument naming both sizes, before
+    /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring.
+    static future<ring_producer> open(connection c, const remote_region& ring,
+                                      size_t max_capacity = default_max_capacity);
 
     /// Sends `msg` (0 to `max_message_size()` bytes). The bytes are copied into the staging
     /// area when the ring has room, at once; when it is full they are copied later, so keep

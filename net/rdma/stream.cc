@@ -4,6 +4,7 @@
 #include "net/rdma/connection_manager.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/fault_injector.hh"
 
 #include <cstring>
 #include <stdexcept>
@@ -128,6 +129,17 @@ future<> connection_impl::stream_close_output() {
     return f;
 }
 
+void connection_impl::stream_abort() noexcept {
+    if (_state == state::closing || _state == state::closed) {
+        return;
+    }
+    // Unread messages go too: a read after an abort fails instead of finding old data.
+    _rx.clear();
+    _unconsumed = 0;
+    close(std::make_exception_ptr(
+        connection_closed("RDMA connection to " + _peer_addr.to_string() + " was aborted by this side")));
+}
+
 void connection_impl::fail_stream_waiters() noexcept {
     std::exception_ptr ex = _error ? _error : closed_error();
     if (_rx_waiter) {
@@ -169,8 +181,11 @@ void connection_impl::transmit() noexcept {
     bool stalled = false;
     while (!_tx.empty()) {
         if (free_credits() == 0) {
-            stalled = true;
-            break;
+            if (!internal::inject(fault::ignore_credits)) {
+                stalled = true;
+                break;
+            }
+            ++_send_credits; // a hostile peer's send: the credit it takes was never granted
         }
         if (free_slots() <= 1 || !build_data_message()) {
             break;
@@ -219,11 +234,17 @@ bool connection_impl::build_data_message() noexcept {
         s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.held.get()), uint32_t(n), *lkey};
         ++_stats.zero_copy_sends;
     } else if (front.size() <= _max_inline &&
-               (_tx.size() == 1 || front.size() + _tx[1].size() > _max_inline)) {
-        // Small: inline, straight from the caller's memory (copied by the post itself).
-        n = front.size();
-        s.held = std::move(front);
-        _tx.pop_front();
+               (front.size() >= limit || _tx.size() == 1 || front.size() + _tx[1].size() > _max_inline)) {
+        // Small: inline, straight from the caller's memory (copied by the post itself), in
+        // pieces of at most the peer's receive size (a bigger message would break its QP).
+        n = std::min(front.size(), limit);
+        if (n == front.size()) {
+            s.held = std::move(front);
+            _tx.pop_front();
+        } else {
+            s.held = front.share(0, n);
+            front.trim_front(n);
+        }
         s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.held.get()), uint32_t(n), 0};
         s.wr.send_flags |= IBV_SEND_INLINE;
         ++_stats.inline_sends;
@@ -232,6 +253,7 @@ bool connection_impl::build_data_message() noexcept {
         n = std::min(_tx_bytes, limit);
         s.copy = pool.try_allocate(n);
         if (!s.copy) {
+            _tx_starved = true;
             if (!_starved) {
                 _starved = true;
                 _ctx->mark_starved(this); // retried when memory comes back
@@ -328,6 +350,10 @@ void stream_socket::shutdown_input() {
 
 void stream_socket::shutdown_output() {
     (void)_ref->impl().stream_close_output().handle_exception([](std::exception_ptr) {});
+}
+
+void stream_socket::abort() noexcept {
+    _ref->impl().stream_abort();
 }
 
 net::socket_address stream_socket::local_address() const {

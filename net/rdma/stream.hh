@@ -52,6 +52,10 @@ public:
     /// Starts ending the output (end of stream after the queued bytes) without waiting;
     /// errors are dropped.
     void shutdown_output() override;
+    /// Breaks the connection now: pending and later reads and writes fail with
+    /// connection_closed, queued and unread bytes are dropped, the QP goes to the error state
+    /// and its resources are freed at the end of this poll, without waiting for the peer.
+    void abort() noexcept override;
     void set_nodelay(bool on) override { _nodelay = on; }
     bool get_nodelay() const override { return _nodelay; }
     void set_keepalive(bool on) override { _keepalive = on; }

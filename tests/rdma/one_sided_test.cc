@@ -159,11 +159,15 @@ TEST(one_sided, access_outside_a_region_breaks_only_that_connection) {
             EXPECT_NE(m.find("remote access error"), std::string::npos) << m;
             EXPECT_NE(m.find("READ"), std::string::npos) << m;
             EXPECT_FALSE(conn_a.usable());
+            // Why the connection broke names the operation (it used to say "RDMA ?").
+            std::string why = fmt::format("{}", conn_a.error());
+            EXPECT_NE(why.find("RDMA READ of 4096 bytes"), std::string::npos) << why;
             bool closed = false;
             try {
                 co_await conn_a.read(rdma::span_of(dst, 0, 16), rr, 0);
-            } catch (const rdma::connection_closed&) {
+            } catch (const rdma::connection_closed& e) {
                 closed = true;
+                EXPECT_NE(std::string(e.what()).find("READ"), std::string::npos) << e.what();
             }
             EXPECT_TRUE(closed) << "a broken connection accepted more work";
 

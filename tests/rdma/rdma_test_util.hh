@@ -33,7 +33,7 @@ inline rdma::options test_options() {
     rdma::options o;
     o.device.name = env().device;
     o.pool.region_size = size_t(4) << 20;
-    o.pool.initial_bytes = size_t(4) << 20;
+    o.pool.initial_bytes = size_t(8) << 20; // room for the SRQ slack (128 × 16 KiB) and a 16 MiB stream
     o.pool.max_bytes = size_t(64) << 20;
     o.recv_buffer_size = size_t(16) << 10;
     o.srq_size = 2048;

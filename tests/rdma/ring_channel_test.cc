@@ -178,6 +178,18 @@ TEST(ring_channel, a_full_ring_makes_send_wait_and_oversized_messages_fail_at_on
         EXPECT_FALSE(sixth.available());
         EXPECT_EQ(p.queued(), 2u);
 
+        // A ring larger than this side allows is refused before anything is allocated.
+        uint64_t regs = rdma::registration_count();
+        std::string refused;
+        try {
+            co_await rdma::ring_producer::open(c, *c.peer_region(), capacity / 2);
+        } catch (const std::invalid_argument& e) {
+            refused = e.what();
+        }
+        std::printf("  too large: %s\n", refused.c_str());
+        EXPECT_NE(refused.find("exceeds this side's limit of 2048 bytes"), std::string::npos) << refused;
+        EXPECT_EQ(rdma::registration_count(), regs);
+
         // An oversized message fails at once, changes nothing, and the channel keeps working.
         future<> big = p.send(src.message(0, capacity));
         RDMA_CHECK(big.failed());

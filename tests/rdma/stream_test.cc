@@ -54,6 +54,9 @@ struct echo_server {
     std::unique_ptr<gate> running = std::make_unique<gate>();
 };
 echo_server servers[2];
+/// Set while a test breaks connections under the echo server on purpose (the errors are kept).
+bool echo_errors_expected = false;
+std::vector<std::string> echo_errors;
 
 void start_echo_server(net::socket_address a) {
     auto& srv = servers[this_shard_id()];
@@ -64,6 +67,10 @@ void start_echo_server(net::socket_address a) {
             ++srv.accepted;
             (void)with_gate(*srv.running, [s = std::move(r.connection)]() mutable {
                 return echo(std::move(s)).handle_exception([](std::exception_ptr ex) {
+                    if (echo_errors_expected) {
+                        echo_errors.push_back(fmt::format("{}", ex));
+                        return;
+                    }
                     ADD_FAILURE() << "echo failed: " << fmt::format("{}", ex);
                 });
             });
@@ -218,6 +225,77 @@ TEST(stream, small_messages_inline_unsignaled_and_zero_copy_echo) {
     EXPECT_EQ(rc, 0);
 }
 
+/// Connects to the echo server at `a` and, for each of `sizes`, writes one buffer of that size
+/// (handed to the transport as it is) and checks the echo; the peer's receive size is `recv`.
+future<> write_whole_buffers(net::socket_address a, size_t recv, std::vector<size_t> sizes) {
+    rdma::connection c = co_await rdma::connect_rc(a);
+    EXPECT_EQ(c.peer_recv_buffer_size(), recv);
+    net::connected_socket s = c.socket();
+    net::input_stream in = s.input();
+    net::output_stream out = s.output();
+    unsigned seed = 1;
+    for (size_t m : sizes) {
+        net::temporary_buffer b(m);
+        fill_pattern(b.get_write(), m, seed);
+        co_await out.write(std::move(b));
+        co_await out.flush();
+        size_t bad = co_await read_pattern(in, m, seed);
+        EXPECT_EQ(bad, SIZE_MAX) << "receive buffer " << recv << ", message " << m;
+        RDMA_CHECK(c.usable());
+        ++seed;
+    }
+    EXPECT_GE(c.stats().messages_sent, (sizes.back() + recv - 1) / recv);
+    co_await out.close();
+    net::temporary_buffer end = co_await in.read();
+    EXPECT_TRUE(end.empty());
+}
+
+/// The largest inline send of the device (read from a running engine).
+size_t device_max_inline() {
+    size_t inl = 0;
+    int rc = run_rdma(1, [&inl]() -> future<> {
+        inl = rdma::shard_context::local().dev().capabilities().max_inline_data;
+        co_return;
+    });
+    EXPECT_EQ(rc, 0);
+    return inl;
+}
+
+TEST(stream, every_receive_buffer_size_across_the_inline_boundary) {
+    // Both sides advertise receive buffers of `recv` bytes; the client writes whole buffers of
+    // each size across the inline boundary (handed to the transport as they are) and the server
+    // echoes what it receives. A message larger than the peer's buffer breaks its QP
+    // ("local length error"), so every byte coming back intact proves every message fitted.
+    const size_t inl = device_max_inline();
+    ASSERT_GT(inl, 2u);
+    std::printf("  device max inline: %zu bytes\n", inl);
+    const size_t recv_sizes[] = {1, 2, 63, 64, 65, inl - 1, inl, inl + 1, 4096, 65536};
+    for (size_t recv : recv_sizes) {
+        rdma::options o = test_options();
+        o.recv_buffer_size = recv;
+        o.pool.min_buffer = 64;
+        std::vector<size_t> sizes = {1, 2, inl - 1, inl, inl + 1, 2 * inl + 1};
+        if (recv >= 64) {
+            sizes.push_back(5000); // emulated rxe: keep 1-byte messages to a few thousand
+        }
+        int rc = run_rdma(
+            2,
+            [recv, sizes]() -> future<> {
+                const auto a = addr(next_port());
+                start_echo_server(a);
+                // (A named function: GCC 12 destroys a temporary lambda with non-trivial
+                // captures twice in a co_await expression.)
+                future<> client =
+                    submit_to(1, [a, recv, sizes] { return write_whole_buffers(a, recv, sizes); });
+                co_await std::move(client);
+                co_await stop_echo_server();
+                EXPECT_TRUE(co_await all_connections_gone());
+            },
+            o);
+        EXPECT_EQ(rc, 0) << "receive buffer " << recv;
+    }
+}
+
 TEST(stream, hundred_connections_on_two_shards) {
     rdma::options o = test_options();
     o.recv_buffer_size = 4096;
@@ -313,6 +391,56 @@ TEST(stream, slow_reader_stalls_the_sender_without_errors) {
     EXPECT_EQ(rc, 0);
 }
 
+TEST(stream, credit_messages_stop_when_both_sides_are_idle) {
+    // One control credit asked for on both sides: each credit-only message used to be answered
+    // by one returning that control credit, forever. After one-way traffic (which needs
+    // credit-only messages) and a pause, no more of them may be sent.
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    o.connection.ctrl_credits = 1;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            rdma::listener l = rdma::listen_rc(a);
+            auto accepted = l.accept();
+            constexpr size_t total = 256 << 10;
+            auto writer = submit_to(1, [a]() -> future<rdma::connection> {
+                rdma::connection c = co_await rdma::connect_rc(a);
+                net::connected_socket s = c.socket();
+                net::output_stream out = s.output();
+                co_await write_pattern(out, total, 9, 4096);
+                co_return c;
+            });
+            rdma::connection c = co_await std::move(accepted);
+            net::connected_socket s = c.socket();
+            net::input_stream in = s.input();
+            size_t bad = co_await read_pattern(in, total, 9);
+            EXPECT_EQ(bad, SIZE_MAX);
+            rdma::connection w = co_await std::move(writer);
+            auto sent = [&c, &w]() -> future<uint64_t> {
+                uint64_t theirs = co_await submit_to(1, [&w] { return w.stats().ctrl_sent; });
+                co_return c.stats().ctrl_sent + theirs;
+            };
+            co_await sleep(100ms);
+            uint64_t before = co_await sent();
+            co_await sleep(300ms);
+            uint64_t after = co_await sent();
+            std::printf("  credit-only messages: %lu after the transfer, %lu after 300 ms idle\n", before,
+                        after);
+            EXPECT_GT(before, 0u) << "the transfer needed no credit-only message: the test proves nothing";
+            EXPECT_EQ(after, before) << "idle peers keep exchanging credit-only messages";
+            EXPECT_TRUE(c.usable());
+            co_await submit_to(1, [&w] { w = rdma::connection(); });
+            s = net::connected_socket();
+            in = net::input_stream();
+            c = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
 TEST(stream, small_writes_coalesce_while_the_send_window_is_full) {
     rdma::options o = test_options();
     o.connection.credits = 4;
@@ -351,6 +479,403 @@ TEST(stream, small_writes_coalesce_while_the_send_window_is_full) {
                 writes, each, ws.messages_sent, ws.copied_sends, ws.credit_stalls);
             EXPECT_LT(ws.messages_sent, uint64_t(writes) / 10) << "small writes were not coalesced";
             EXPECT_GT(ws.copied_sends, 0u);
+            c = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, abort_releases_a_writer_blocked_by_a_peer_that_never_reads) {
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    o.connection.send_buffer_limit = 64 << 10;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            rdma::listener l = rdma::listen_rc(a);
+            auto accepted = l.accept();
+            struct client_side {
+                net::connected_socket s;
+                net::output_stream out;
+                net::input_stream in;
+                std::optional<future<>> blocked;
+                std::optional<future<net::temporary_buffer>> reading;
+                std::string write_error;
+                std::string read_error;
+                bool write_done = false;
+                bool read_done = false;
+            };
+            static client_side cl;
+            // Shard 1 writes until a write stays blocked on credits (the peer never reads).
+            co_await submit_to(1, [a]() -> future<> {
+                cl.s = co_await rdma::connect(a);
+                cl.out = cl.s.output();
+                cl.in = cl.s.input();
+                std::string block(16 << 10, 'a');
+                for (int i = 0; i < 1000; ++i) {
+                    future<> f = cl.out.write(block);
+                    if (!f.available()) {
+                        cl.blocked.emplace(std::move(f));
+                        break;
+                    }
+                    co_await std::move(f);
+                }
+                RDMA_CHECK(cl.blocked);
+                co_await sleep(50ms);
+                RDMA_CHECK(!cl.blocked->available());
+                cl.reading.emplace(cl.in.read());
+            });
+            rdma::connection server = co_await std::move(accepted);
+            // Abort on shard 1: the blocked write and the pending read fail at once, the
+            // connection goes without waiting for the peer (which still holds its side).
+            co_await submit_to(1, []() -> future<> {
+                auto t0 = std::chrono::steady_clock::now();
+                cl.s.abort();
+                auto bound = steady_clock_type::now() + 5s; // "at once"; a hang fails here
+                try {
+                    co_await with_timeout(bound, std::move(*cl.blocked));
+                } catch (const rdma::connection_closed& e) {
+                    cl.write_error = e.what();
+                }
+                try {
+                    co_await cl.out.write("after abort");
+                    co_await cl.out.flush();
+                } catch (const rdma::connection_closed&) {
+                }
+                try {
+                    co_await with_timeout(bound, std::move(*cl.reading));
+                } catch (const rdma::connection_closed& e) {
+                    cl.read_error = e.what();
+                }
+                auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0);
+                std::printf("  abort: write failed with \"%s\", read with \"%s\" (%ld ms)\n",
+                            cl.write_error.c_str(), cl.read_error.c_str(), long(ms.count()));
+                EXPECT_NE(cl.write_error.find("aborted by this side"), std::string::npos) << cl.write_error;
+                EXPECT_NE(cl.read_error.find("aborted by this side"), std::string::npos) << cl.read_error;
+                bool gone = co_await eventually(
+                    [] { return rdma::shard_context::local().stats().connections == 0; }, 5000ms);
+                EXPECT_TRUE(gone) << "the aborted connection's resources were not freed";
+                EXPECT_EQ(buffers_held(), 0u) << "queued output or receive buffers leaked";
+                cl = client_side();
+            });
+            EXPECT_TRUE(server.usable() || server.error() != nullptr);
+            server = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+/// The receive-queue accounting and pool of the calling shard.
+struct accounting {
+    unsigned committed;
+    unsigned posted;
+    uint64_t held;
+};
+accounting take_accounting() {
+    auto& ctx = rdma::shard_context::local();
+    return accounting{ctx.srq().committed(), ctx.srq().posted(), buffers_held()};
+}
+} // namespace
+
+TEST(stream, accounting_returns_to_baseline_after_cycles_with_traffic_in_flight) {
+    // Connections closed (abort, or dropped: end of stream then close) while data flows both
+    // ways, in two rounds: afterwards no receive is still promised, no pool buffer is held on
+    // either side, and the second round reused the receives the first left posted (an SRQ
+    // cannot take receives back, so `posted` stays at its peak; it must not climb per cycle).
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        echo_errors_expected = true;
+        start_echo_server(a);
+        constexpr int cycles = 20;
+        accounting after[2][2];
+        for (int round = 0; round < 2; ++round) {
+            co_await submit_to(1, [a]() -> future<> {
+                for (int i = 0; i < cycles; ++i) {
+                    net::connected_socket s = co_await rdma::connect(a);
+                    net::output_stream out = s.output();
+                    net::input_stream in = s.input();
+                    net::temporary_buffer block(100 << 10);
+                    fill_pattern(block.get_write(), block.size(), unsigned(i));
+                    co_await out.write(std::move(block));
+                    co_await out.flush();
+                    net::temporary_buffer first = co_await in.read(); // the echo is flowing
+                    RDMA_CHECK(!first.empty());
+                    if (i % 2 == 0) {
+                        s.abort();
+                    }
+                    // (Dropped here otherwise: end of stream, then close, with data in flight.)
+                }
+            });
+            bool gone = co_await all_connections_gone(10000ms);
+            EXPECT_TRUE(gone);
+            for (unsigned shard = 0; shard < 2; ++shard) {
+                after[round][shard] = co_await submit_to(shard, take_accounting);
+            }
+        }
+        co_await stop_echo_server();
+        echo_errors_expected = false;
+        for (unsigned shard = 0; shard < 2; ++shard) {
+            auto st = co_await submit_to(shard, [] { return rdma::shard_context::local().stats(); });
+            unsigned slack =
+                co_await submit_to(shard, [] { return rdma::shard_context::local().srq().slack(); });
+            const accounting& r1 = after[0][shard];
+            const accounting& r2 = after[1][shard];
+            std::printf("  shard %u: committed %u/%u, posted %u/%u (slack %u), held %lu/%lu; last-WQE "
+                        "events %lu, waits timed out %lu\n",
+                        shard, r1.committed, r2.committed, r1.posted, r2.posted, slack, r1.held, r2.held,
+                        st.last_wqe_events, st.last_wqe_timeouts);
+            for (const accounting* r : {&r1, &r2}) {
+                EXPECT_EQ(r->committed, 0u) << "shard " << shard << ": receives still promised";
+                EXPECT_EQ(r->held, 0u) << "shard " << shard << ": pool buffers leaked";
+            }
+            EXPECT_LE(r2.posted, r1.posted + slack)
+                << "shard " << shard << ": posted receives climb per cycle";
+            EXPECT_EQ(st.last_wqe_events + st.last_wqe_timeouts, uint64_t(2 * cycles))
+                << "shard " << shard << ": a connected QP was destroyed without the last-WQE wait";
+        }
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(faults, a_peer_sending_without_credits_is_cut_off_and_honest_peers_keep_going) {
+    // Shard 1's stream ignores credits (fault ignore_credits): it floods shard 0's SRQ. Shard 0
+    // must disconnect it ("data without a credit") while its own honest client, streaming
+    // through the same SRQ at the same time, never hits an empty queue (RNR would break it).
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            echo_errors_expected = true;
+            echo_errors.clear();
+            start_echo_server(a);
+            auto honest = [](net::socket_address a) -> future<size_t> {
+                net::connected_socket s = co_await rdma::connect(a);
+                net::input_stream in = s.input();
+                net::output_stream out = s.output();
+                constexpr size_t total = 2 << 20;
+                auto w = write_pattern(out, total, 3, 4096);
+                size_t bad = co_await read_pattern(in, total, 3);
+                co_await std::move(w);
+                co_await out.close();
+                co_return bad;
+            }(a);
+            std::string flood_error = co_await submit_to(1, [a]() -> future<std::string> {
+                // At most 64 sends without a credit: within the SRQ slack (128). A peer that lands
+                // more between two polls of the receiver can exhaust it (seen on rxe: 188).
+                rdma::faults().arm(rdma::fault::ignore_credits, 0, 64);
+                net::connected_socket s = co_await rdma::connect(a);
+                net::output_stream out = s.output();
+                std::string msg(200, 'f');
+                std::string error;
+                try {
+                    for (int i = 0; i < 100000; ++i) {
+                        co_await out.write(msg);
+                        co_await out.flush();
+                    }
+                } catch (const rdma::connection_closed& e) {
+                    error = e.what();
+                }
+                uint64_t fired = rdma::faults().fired(rdma::fault::ignore_credits);
+                rdma::faults().disarm();
+                std::printf("  flooder: %lu sends without a credit, then: %s\n", fired, error.c_str());
+                EXPECT_GT(fired, 0u);
+                EXPECT_LE(fired, 64u);
+                co_return error;
+            });
+            EXPECT_FALSE(flood_error.empty()) << "the flooding connection was never cut off";
+            size_t bad = co_await with_timeout(steady_clock_type::now() + 60s, std::move(honest));
+            EXPECT_EQ(bad, SIZE_MAX) << "the honest client's stream broke";
+            EXPECT_TRUE(co_await all_connections_gone());
+            co_await stop_echo_server();
+            echo_errors_expected = false;
+            bool cut = false;
+            for (const auto& e : echo_errors) {
+                cut = cut || e.find("data without a credit") != std::string::npos;
+            }
+            EXPECT_TRUE(cut) << "the server did not name the protocol error";
+            EXPECT_EQ(echo_errors.size(), 1u) << "more than the flooding connection failed";
+            EXPECT_EQ(buffers_held(), 0u);
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(faults, a_failed_post_or_a_qp_in_error_fails_only_that_connection) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        echo_errors_expected = true;
+        start_echo_server(a);
+        co_await submit_to(1, [a]() -> future<> {
+            for (rdma::fault f : {rdma::fault::post_send_fails, rdma::fault::qp_error}) {
+                net::connected_socket s = co_await rdma::connect(a);
+                net::output_stream out = s.output();
+                net::input_stream in = s.input();
+                rdma::faults().arm(f);
+                std::string error;
+                try {
+                    co_await out.write("doomed");
+                    co_await out.flush();
+                    co_await with_timeout(steady_clock_type::now() + 10s, in.read());
+                } catch (const rdma::connection_closed& e) {
+                    error = e.what();
+                }
+                std::printf("  %s: %s\n", f == rdma::fault::qp_error ? "qp_error" : "post_send_fails",
+                            error.c_str());
+                EXPECT_EQ(rdma::faults().fired(f), 1u);
+                EXPECT_FALSE(error.empty());
+                if (f == rdma::fault::post_send_fails) {
+                    EXPECT_NE(error.find("ibv_post_send"), std::string::npos) << error;
+                }
+                rdma::faults().disarm();
+            }
+            // A new connection works.
+            net::connected_socket s = co_await rdma::connect(a);
+            net::output_stream out = s.output();
+            net::input_stream in = s.input();
+            co_await out.write("fine");
+            co_await out.flush();
+            net::temporary_buffer b = co_await in.read_exactly(4);
+            EXPECT_EQ(b.view(), "fine");
+            co_await out.close();
+        });
+        EXPECT_TRUE(co_await all_connections_gone());
+        co_await stop_echo_server();
+        echo_errors_expected = false;
+        EXPECT_EQ(buffers_held(), 0u);
+        uint64_t held1 = co_await submit_to(1, [] { return buffers_held(); });
+        EXPECT_EQ(held1, 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(faults, a_stream_resumes_after_the_pool_ran_dry) {
+    // Allocations on the client's shard fail for a while (fault pool_allocation): its stream
+    // starves (no pool copy for its writes, no receives for its credits) and must carry on by
+    // itself once allocations work again. (A ticker keeps the shard polling meanwhile, as other
+    // work would: an injected fault only runs out when it is hit.)
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        start_echo_server(a);
+        co_await submit_to(1, [a]() -> future<> {
+            net::connected_socket s = co_await rdma::connect(a);
+            net::input_stream in = s.input();
+            net::output_stream out = s.output();
+            constexpr size_t total = 1 << 20;
+            rdma::faults().arm(rdma::fault::pool_allocation, 0, 300);
+            bool done = false;
+            auto ticker = [](bool& done) -> future<> {
+                while (!done) {
+                    co_await sleep(1ms);
+                }
+            }(done);
+            auto w = write_pattern(out, total, 21, 1000);
+            size_t bad = co_await read_pattern(in, total, 21);
+            co_await std::move(w);
+            done = true;
+            co_await std::move(ticker);
+            uint64_t fired = rdma::faults().fired(rdma::fault::pool_allocation);
+            rdma::faults().disarm();
+            std::printf("  %lu allocations failed on the way\n", fired);
+            EXPECT_EQ(bad, SIZE_MAX);
+            EXPECT_EQ(fired, 300u);
+            co_await out.close();
+        });
+        co_await stop_echo_server();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(stream, a_stream_starved_by_an_exhausted_pool_resumes_when_memory_is_freed) {
+    // The client's shard hands out its whole pool; its stream cannot copy writes nor post
+    // receives for credits. Freeing the hoard must wake it (nothing else happens on the shard).
+    rdma::options o = test_options();
+    o.pool.max_bytes = o.pool.initial_bytes;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            start_echo_server(a);
+            co_await submit_to(1, [a]() -> future<> {
+                net::connected_socket s = co_await rdma::connect(a);
+                net::input_stream in = s.input();
+                net::output_stream out = s.output();
+                auto& pool = rdma::shard_context::local().pool();
+                static std::vector<rdma::buffer> hoard;
+                for (;;) {
+                    rdma::buffer b = pool.try_allocate(16 << 10); // the class the stream needs
+                    if (!b) {
+                        break;
+                    }
+                    hoard.push_back(std::move(b));
+                }
+                const uint64_t failures = pool.stats().failures;
+                constexpr size_t total = 512 << 10;
+                auto w = write_pattern(out, total, 22, 1000);
+                auto r = read_pattern(in, total, 22);
+                co_await sleep(200ms);
+                std::printf("  hoarded %zu buffers; %lu allocations failed while starved\n", hoard.size(),
+                            pool.stats().failures - failures);
+                EXPECT_FALSE(r.available()) << "the stream went through an exhausted pool?";
+                (void)submit_to(0, [] { return make_ready_future<>(); }); // nothing for shard 1 to do
+                hoard.clear(); // memory is back: the starved stream must go on
+                size_t bad = co_await with_timeout(steady_clock_type::now() + 30s, std::move(r));
+                co_await std::move(w);
+                EXPECT_EQ(bad, SIZE_MAX);
+                co_await out.close();
+            });
+            co_await stop_echo_server();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(one_sided, a_queued_write_with_imm_is_not_starved_by_a_busy_stream) {
+    // The stream keeps the send window full; a WRITE_WITH_IMM queued behind it must get a
+    // credit while the stream still has bytes to send, not after it ran dry.
+    rdma::options o = test_options();
+    o.connection.credits = 4;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            rdma::listener l = rdma::listen_rc(a);
+            auto accepted = l.accept();
+            constexpr size_t total = 8 << 20;
+            auto client = submit_to(1, [a]() -> future<uint64_t> {
+                rdma::connection c = co_await rdma::connect_rc(a);
+                net::connected_socket s = c.socket();
+                net::output_stream out = s.output();
+                auto w = write_pattern(out, total, 5, 64 << 10);
+                bool busy =
+                    co_await eventually([&c] { return c.stats().bytes_sent >= (512 << 10); }, 30000ms);
+                RDMA_CHECK(busy);
+                co_await with_timeout(steady_clock_type::now() + 30s,
+                                      c.write_with_imm({}, rdma::remote_region{0, 0, 0}, 0, 77));
+                uint64_t sent_then = c.stats().bytes_sent;
+                co_await std::move(w);
+                co_await out.close();
+                co_return sent_then;
+            });
+            rdma::connection c = co_await std::move(accepted);
+            net::connected_socket s = c.socket();
+            net::input_stream in = s.input();
+            auto imm = c.next_immediate();
+            size_t bad = co_await read_pattern(in, total, 5);
+            EXPECT_EQ(bad, SIZE_MAX);
+            uint32_t v = co_await std::move(imm);
+            EXPECT_EQ(v, 77u);
+            uint64_t sent_then = co_await std::move(client);
+            std::printf("  the WRITE_WITH_IMM completed after %lu of %zu stream bytes\n", sent_then, total);
+            EXPECT_LT(sent_then, uint64_t(total)) << "the queued WRITE_WITH_IMM waited for the stream to end";
             c = rdma::connection();
             EXPECT_TRUE(co_await all_connections_gone());
         },

@@ -89,6 +89,10 @@ expect_text "$work/out" "^stdout-marker$" "the guest's stdout is streamed"
 expect_text "$work/err" "^stderr-marker$" "the guest's stderr is streamed"
 expect_text "$work/err" "^softroce: boot [0-9]+\.[0-9] s, command [0-9]+\.[0-9] s" "boot and command times are reported"
 expect_text "$work/share-check" "^written-in-guest$" "the guest writes into the shared directory"
+if grep -q "retrying the boot" "$work/err"; then
+    echo "FAIL: a boot that came up was retried"
+    failures=$((failures + 1))
+fi
 
 # A timeout during boot: 124, the console is printed, no qemu survives.
 name=softroce-harness-test-$$
@@ -100,6 +104,20 @@ if pgrep -f -- "-name $name" >/dev/null; then
     failures=$((failures + 1))
 else
     echo "ok: no qemu survives the timeout"
+fi
+
+# A boot that makes no progress (here: a 1 s boot limit no boot meets) is retried once, saying
+# so, then reported as a guest failure (125); no qemu survives.
+check "a boot without progress is retried once, then fails (125)" 125 \
+    env SHOAL_SOFTROCE_BOOT_TIMEOUT=1 "$guest" --name "$name-stall" --timeout 120 -- true
+expect_text "$work/err" "made no progress in 1 s of boot.*retrying the boot once" "the retry is announced"
+expect_text "$work/err" "the retried boot made no progress either" "the second stall is reported"
+sleep 0.5
+if pgrep -f -- "-name $name-stall" >/dev/null; then
+    echo "FAIL: a qemu process named $name-stall survived the boot watchdog"
+    failures=$((failures + 1))
+else
+    echo "ok: no qemu survives the boot watchdog"
 fi
 
 [ "$failures" = 0 ] || { echo "$failures check(s) failed"; exit 1; }

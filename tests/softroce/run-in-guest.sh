@@ -33,7 +33,9 @@
 #   SHOAL_SOFTROCE_QEMU (qemu binary), SHOAL_SOFTROCE_ACCEL (tcg|kvm; default kvm when /dev/kvm
 #   works), SHOAL_SOFTROCE_CPU (TCG CPU model, default max,la57=off), SHOAL_SOFTROCE_KERNEL_DEB
 #   (linux-image .deb to build the image from), SHOAL_SOFTROCE_KEEP=1 (keep the run directory),
-#   SHOAL_SOFTROCE_APPEND / SHOAL_SOFTROCE_QEMU_ARGS (extra kernel command line / qemu arguments).
+#   SHOAL_SOFTROCE_APPEND / SHOAL_SOFTROCE_QEMU_ARGS (extra kernel command line / qemu arguments),
+#   SHOAL_SOFTROCE_BOOT_TIMEOUT (seconds, default 60: a boot that has not started the command by
+#   then made no progress; it is killed and retried once, saying so).
 # The first run installs missing Debian packages (root or passwordless sudo), downloads the
 # kernel package and builds the image (~20-30 s); later runs need no network.
 set -euo pipefail
@@ -252,13 +254,14 @@ prepare
 # ------------------------------------------------------------------ per-run directory
 find "$cache/runs" -mindepth 1 -maxdepth 1 -mmin +720 -exec rm -rf {} + 2>/dev/null || true # crashed runs
 run=$(mktemp -d "$cache/runs/run.XXXXXX")
-qemu_pid="" reader_pids=()
+qemu_pid="" reader_pids=() watchdog_pid=""
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     if [ -n "$qemu_pid" ]; then # `timeout` forwards SIGTERM to qemu, SIGKILL follows after 5 s
         kill -TERM "$qemu_pid" 2>/dev/null || true
         wait "$qemu_pid" 2>/dev/null || true
     fi
+    [ -z "${watchdog_pid:-}" ] || kill "$watchdog_pid" 2>/dev/null || true
     local p
     for p in "${reader_pids[@]}"; do kill "$p" 2>/dev/null || true; done
     if [ -n "${SHOAL_SOFTROCE_KEEP:-}" ]; then
@@ -320,16 +323,20 @@ cp "$here/guest/init-stage2.sh" "$run/init-stage2.sh"
 } >"$run/cmd.sh"
 
 # ------------------------------------------------------------------ guest I/O
-# Each virtio port is a qemu "pipe" chardev: qemu writes to $run/<port>.out (a FIFO).
-for port in out err ctl; do mkfifo "$run/$port.in" "$run/$port.out"; done
-touch "$run/ctl.log"
-# If our own stdout/stderr goes away, keep draining so the guest never blocks on a full pipe.
-(exec <"$run/out.out"; cat || exec cat >/dev/null) &
-reader_pids+=($!)
-(exec <"$run/err.out"; cat >&2 || exec cat >/dev/null) &
-reader_pids+=($!)
-(exec <"$run/ctl.out"; while IFS= read -r line; do echo "${EPOCHREALTIME//[.,]/} $line"; done >"$run/ctl.log") &
-reader_pids+=($!)
+# (Set up again for each boot attempt.)
+start_guest_io() {
+    rm -f "$run"/{out,err,ctl}.{in,out} "$run/ctl.log" "$run/console.log" "$run/qemu.log" "$run/rc"
+    # Each virtio port is a qemu "pipe" chardev: qemu writes to $run/<port>.out (a FIFO).
+    for port in out err ctl; do mkfifo "$run/$port.in" "$run/$port.out"; done
+    touch "$run/ctl.log"
+    # If our own stdout/stderr goes away, keep draining so the guest never blocks on a full pipe.
+    (exec <"$run/out.out"; cat || exec cat >/dev/null) &
+    reader_pids+=($!)
+    (exec <"$run/err.out"; cat >&2 || exec cat >/dev/null) &
+    reader_pids+=($!)
+    (exec <"$run/ctl.out"; while IFS= read -r line; do echo "${EPOCHREALTIME//[.,]/} $line"; done >"$run/ctl.log") &
+    reader_pids+=($!)
+}
 
 accel=${SHOAL_SOFTROCE_ACCEL:-}
 if [ -z "$accel" ]; then
@@ -363,38 +370,86 @@ qemu+=("${share_args[@]}")
 [ -z "${SHOAL_SOFTROCE_QEMU_ARGS:-}" ] || qemu+=($SHOAL_SOFTROCE_QEMU_ARGS)
 
 # ------------------------------------------------------------------ run
-# `timeout` bounds the run (SIGTERM, SIGKILL 5 s later); setpriv makes it receive SIGTERM (and
-# forward it to qemu) even if this script is SIGKILLed, so no guest outlives its harness.
-t_launch=${EPOCHREALTIME//[.,]/}
-setpriv --pdeathsig TERM -- timeout -k 5 "$timeout_s" "${qemu[@]}" </dev/null >"$run/qemu.log" 2>&1 &
-qemu_pid=$!
-qemu_rc=0
-wait "$qemu_pid" || qemu_rc=$?
-qemu_pid=""
-t_exit=${EPOCHREALTIME//[.,]/}
+# A boot that makes no progress: no "start" from the guest within this many seconds (boots
+# measured 3-15 s on a loaded 2-core host without KVM). It is retried once; a command that
+# started is never retried, whatever it does.
+boot_limit=${SHOAL_SOFTROCE_BOOT_TIMEOUT:-60}
+[[ "$boot_limit" =~ ^[0-9]+$ ]] && [ "$boot_limit" -gt 0 ] || die "bad SHOAL_SOFTROCE_BOOT_TIMEOUT $boot_limit"
 
-# Readers still blocked in open() (qemu died before opening the FIFOs) get EOF once we open and
-# close the write side; then they all exit.
-for _ in $(seq 50); do
-    alive=0
-    for p in "${reader_pids[@]}"; do ! kill -0 "$p" 2>/dev/null || alive=1; done
-    [ "$alive" = 1 ] || break
-    for port in out err ctl; do
-        exec {fd}<>"$run/$port.out"
-        exec {fd}>&-
+# One boot with `limit` seconds for everything; sets qemu_rc, t_launch, t_exit, t_start, t_end,
+# guest_failure, and boot_stalled=1 when the watchdog killed a guest that never started.
+run_guest_once() {
+    local limit=$1
+    start_guest_io
+    # `timeout` bounds the run (SIGTERM, SIGKILL 5 s later); setpriv makes it receive SIGTERM (and
+    # forward it to qemu) even if this script is SIGKILLed, so no guest outlives its harness.
+    t_launch=${EPOCHREALTIME//[.,]/}
+    setpriv --pdeathsig TERM -- timeout -k 5 "$limit" "${qemu[@]}" </dev/null >"$run/qemu.log" 2>&1 &
+    qemu_pid=$!
+    boot_stalled=0
+    # The watchdog: kills a guest that shows no progress (no "start") within boot_limit.
+    (
+        deadline=$((SECONDS + boot_limit))
+        while kill -0 "$qemu_pid" 2>/dev/null; do
+            grep -q ' start$' "$run/ctl.log" 2>/dev/null && exit 0
+            if [ "$SECONDS" -ge "$deadline" ]; then
+                : >"$run/boot-stalled"
+                kill -TERM "$qemu_pid" 2>/dev/null
+                exit 0
+            fi
+            sleep 0.5
+        done
+    ) &
+    watchdog_pid=$!
+    qemu_rc=0
+    wait "$qemu_pid" || qemu_rc=$?
+    qemu_pid=""
+    kill "$watchdog_pid" 2>/dev/null || true
+    wait "$watchdog_pid" 2>/dev/null || true
+    watchdog_pid=""
+    t_exit=${EPOCHREALTIME//[.,]/}
+
+    # Readers still blocked in open() (qemu died before opening the FIFOs) get EOF once we open and
+    # close the write side; then they all exit.
+    for _ in $(seq 50); do
+        alive=0
+        for p in "${reader_pids[@]}"; do ! kill -0 "$p" 2>/dev/null || alive=1; done
+        [ "$alive" = 1 ] || break
+        for port in out err ctl; do
+            exec {fd}<>"$run/$port.out"
+            exec {fd}>&-
+        done
+        sleep 0.1
     done
-    sleep 0.1
-done
-reader_pids=()
+    reader_pids=()
 
-t_start="" t_end="" guest_failure=""
-while read -r t what rest; do
-    case "$what" in
-        start) t_start=$t ;;
-        end) t_end=$t ;;
-        fail) guest_failure=$rest ;;
-    esac
-done <"$run/ctl.log"
+    t_start="" t_end="" guest_failure=""
+    while read -r t what rest; do
+        case "$what" in
+            start) t_start=$t ;;
+            end) t_end=$t ;;
+            fail) guest_failure=$rest ;;
+        esac
+    done <"$run/ctl.log"
+    if [ -z "$t_start" ] && [ -e "$run/boot-stalled" ]; then
+        boot_stalled=1
+    fi
+    rm -f "$run/boot-stalled"
+}
+
+t_first=${EPOCHREALTIME//[.,]/}
+run_guest_once "$timeout_s"
+if [ "$boot_stalled" = 1 ]; then
+    used=$(((t_exit - t_first) / 1000000))
+    echo "softroce: the guest made no progress in $boot_limit s of boot (console: $(wc -c <"$run/console.log" 2>/dev/null || echo 0) bytes); retrying the boot once" >&2
+    [ "${SHOAL_SOFTROCE_KEEP:-}" = "" ] || cp "$run/console.log" "$run/console.stalled.log" 2>/dev/null || true
+    if [ $((timeout_s - used)) -gt 5 ]; then
+        run_guest_once $((timeout_s - used))
+        if [ "$boot_stalled" = 1 ]; then
+            echo "softroce: the retried boot made no progress either" >&2
+        fi
+    fi
+fi
 
 secs() { printf '%d.%d' $((($1 + 50000) / 1000000)) $(((($1 + 50000) % 1000000) / 100000)); }
 print_console() {

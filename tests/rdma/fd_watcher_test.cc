@@ -1,0 +1,86 @@
+// The fd watcher behind the CQ channel, the rdma_cm channel and the device's async events:
+// a failed poll is watched again (a lost wake-up would leave a shard asleep with completions
+// queued), and a poll that keeps failing makes it give up loudly. Native: no device needed.
+#include "core/future_util.hh"
+#include "core/smp.hh"
+#include "core/timer.hh"
+#include "net/rdma/fd_watcher.hh"
+
+#include <cerrno>
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+using namespace shoal;
+using namespace std::chrono_literals;
+using shoal::net::rdma::internal::fd_watcher;
+
+namespace {
+/// Runs `body` on one unpinned shard; returns its result.
+int on_one_shard(std::function<future<int>()> body) {
+    smp_options so;
+    so.smp = 1;
+    so.pin = false;
+    return run_shards(so, std::move(body));
+}
+
+/// Polls `cond` every millisecond for up to `limit`.
+future<bool> within(std::function<bool()> cond, std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!cond()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            co_return false;
+        }
+        co_await sleep(1ms);
+    }
+    co_return true;
+}
+} // namespace
+
+TEST(fd_watcher, a_failed_poll_is_watched_again) {
+    int rc = on_one_shard([]() -> future<int> {
+        int p[2];
+        EXPECT_EQ(pipe2(p, O_NONBLOCK), 0);
+        unsigned readable = 0;
+        fd_watcher w(p[0], [&] {
+            char c;
+            while (read(p[0], &c, 1) == 1) {
+                ++readable;
+            }
+        });
+        // The armed poll fails (as io_uring reports it): the watcher must poll again.
+        w.complete(-EINTR, 0);
+        EXPECT_EQ(w.errors(), 1u);
+        EXPECT_FALSE(w.failed());
+        EXPECT_EQ(write(p[1], "x", 1), 1);
+        bool woke = co_await within([&] { return readable == 1; }, 5000ms);
+        EXPECT_TRUE(woke) << "the wake-up after a poll error was lost";
+        co_await w.stop();
+        close(p[0]);
+        close(p[1]);
+        co_return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(fd_watcher, a_poll_that_keeps_failing_gives_up_loudly) {
+    int rc = on_one_shard([]() -> future<int> {
+        int p[2];
+        EXPECT_EQ(pipe2(p, O_NONBLOCK), 0);
+        close(p[0]);
+        close(p[1]);
+        int failed_with = 0;
+        fd_watcher w(
+            p[0], [] {}, [&](int err) { failed_with = err; });
+        w.start(); // a closed fd: every poll fails with EBADF
+        bool gave_up = co_await within([&] { return failed_with != 0; }, 5000ms);
+        EXPECT_TRUE(gave_up);
+        EXPECT_EQ(failed_with, EBADF);
+        EXPECT_TRUE(w.failed());
+        EXPECT_EQ(w.errors(), fd_watcher::max_consecutive_errors + 1);
+        co_await w.stop();
+        co_return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
