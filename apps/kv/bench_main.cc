@@ -5,8 +5,8 @@
 //                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
 //                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
 
+#include "apps/common/svg_chart.hh"
 #include "apps/kv/bench.hh"
-#include "apps/kv/svg_chart.hh"
 #include "core/app.hh"
 #include "core/coroutine.hh"
 #include "core/log.hh"
@@ -92,15 +92,15 @@ kv_bench_options options_from(const app& a) {
 }
 
 std::string chart_of(const std::vector<kv_result>& rs) {
-    std::vector<bar_group> qps, lat;
+    std::vector<apps::bar_group> qps, lat;
     for (const auto& r : rs) {
         qps.push_back({r.target, {r.qps() / 1000.0}});
         lat.push_back({r.target,
                        {double(r.get_ns.percentile(50)) / 1000, double(r.get_ns.percentile(99)) / 1000,
                         double(r.set_ns.percentile(50)) / 1000, double(r.set_ns.percentile(99)) / 1000}});
     }
-    std::string a = svg_bar_chart("throughput", "kQPS", {"all ops"}, qps);
-    std::string b = svg_bar_chart("latency", "µs", {"get P50", "get P99", "set P50", "set P99"}, lat);
+    std::string a = apps::svg_bar_chart("throughput", "kQPS", {"all ops"}, qps);
+    std::string b = apps::svg_bar_chart("latency", "µs", {"get P50", "get P99", "set P50", "set P99"}, lat);
     // Two charts stacked in one document.
     auto body = [](const std::string& svg) {
         auto open = svg.find('>');

@@ -1,6 +1,6 @@
 #include "apps/rpc/rpc_bench.hh"
 
-#include "apps/rpc/svg_chart.hh"
+#include "apps/common/svg_chart.hh"
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/smp.hh"
@@ -135,8 +135,8 @@ future<std::vector<echo::cell_result>> run(net::transport t, options o) {
 }
 
 std::string chart(const std::vector<echo::cell_result>& cells, const std::string& title) {
-    panel qps{"QPS", "concurrency", "calls per second", {}, true, true};
-    panel p99{"P99 latency", "concurrency", "microseconds", {}, true, true};
+    apps::panel qps{"QPS", "concurrency", "calls per second", {}, true, true};
+    apps::panel p99{"P99 latency", "concurrency", "microseconds", {}, true, true};
     std::map<size_t, size_t> line_of; // size -> line index, in first-seen order
     for (const auto& c : cells) {
         auto [it, fresh] = line_of.try_emplace(c.size, qps.lines.size());
@@ -147,7 +147,7 @@ std::string chart(const std::vector<echo::cell_result>& cells, const std::string
         qps.lines[it->second].points.emplace_back(c.concurrency, c.qps());
         p99.lines[it->second].points.emplace_back(c.concurrency, double(c.latency_ns.percentile(99)) / 1000);
     }
-    return svg_chart(title, {qps, p99});
+    return apps::svg_chart(title, {qps, p99});
 }
 
 } // namespace shoal::rpc_bench

@@ -4,7 +4,10 @@
 #include <utility>
 #include <vector>
 
-namespace shoal::rpc_bench {
+namespace shoal::apps {
+
+/// SVG charts for the benchmark apps, written without outside tools: line charts (shoal-rpc-bench)
+/// and grouped bar charts (shoal-kv-bench).
 
 /// One line of a chart: its label and its (x, y) points in x order.
 struct series {
@@ -27,4 +30,15 @@ struct panel {
 /// not are left out.
 std::string svg_chart(const std::string& title, const std::vector<panel>& panels);
 
-} // namespace shoal::rpc_bench
+/// One group of bars (a target) in a bar chart: a value per series.
+struct bar_group {
+    std::string label;
+    std::vector<double> values;
+};
+
+/// A grouped bar chart as a standalone SVG document: `series` names the bars of each group
+/// (legend), every group is drawn side by side against one linear axis from 0.
+std::string svg_bar_chart(const std::string& title, const std::string& unit,
+                          const std::vector<std::string>& series, const std::vector<bar_group>& groups);
+
+} // namespace shoal::apps
