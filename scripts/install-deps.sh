@@ -13,6 +13,8 @@ packages=(
   libmemcached-tools
   # the reference server and a Python client for the KV conformance and client tests (tests/kv)
   memcached python3-pymemcache
+  # libmemcached itself: kv::client's ketama ring is checked against its choice of server
+  libmemcached-dev
   # libFuzzer for the parsers' fuzz targets (scripts/run-fuzzers.sh)
   clang-14
 )

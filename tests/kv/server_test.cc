@@ -9,6 +9,7 @@
 #include "core/timer.hh"
 #include "kv/server.hh"
 #include "net/tcp/tcp.hh"
+#include "tests/kv/kv_test_util.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -22,28 +23,10 @@
 
 using namespace shoal;
 using namespace shoal::net;
+using shoal::kv_test::run;
+using shoal::kv_test::test_server;
 
 namespace {
-
-int run(unsigned smp, std::function<future<>()> body) {
-    smp_options o;
-    o.smp = smp;
-    o.pin = false;
-    return run_shards(o, [body = std::move(body)]() -> future<int> { return body().then([] { return 0; }); });
-}
-
-/// A running server of `shard_count()` shards on 127.0.0.1, port picked by the kernel.
-struct test_server {
-    kv::shared_counters counters;
-    sharded<kv::server> servers;
-    socket_address addr;
-
-    future<> start(kv::server_config cfg = {}) {
-        co_await servers.start(cfg, &servers, &counters);
-        addr = co_await kv::listen_on_all_shards(servers, socket_address::parse("127.0.0.1:0"));
-    }
-    future<> stop() { return servers.stop(); }
-};
 
 /// A blocking-style text-protocol client on a shard.
 struct client {

@@ -1,0 +1,176 @@
+#include "kv/client.hh"
+
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "kv/text_transport.hh"
+
+#include <stdexcept>
+
+namespace shoal::kv {
+
+namespace {
+
+/// Keys per get command: keeps a request line well below servers' line limits.
+constexpr size_t keys_per_get = 200;
+
+std::vector<std::unique_ptr<internal::client_transport>> make_transports(const client_config& cfg) {
+    if (cfg.servers.empty()) {
+        throw std::invalid_argument("kv::client: no servers configured");
+    }
+    std::vector<std::unique_ptr<internal::client_transport>> out;
+    for (unsigned i = 0; i < cfg.servers.size(); ++i) {
+        const auto& s = cfg.servers[i];
+        out.push_back(std::make_unique<internal::text_transport>(
+            net::socket_address::from_host_port(s.host, s.port), i, cfg.connect_timeout));
+    }
+    return out;
+}
+
+} // namespace
+
+void check_key(std::string_view key) {
+    if (key.empty() || key.size() > 250) {
+        throw client_error(client_errc::bad_request, 0,
+                           "kv key of " + std::to_string(key.size()) + " bytes (must be 1 to 250)");
+    }
+    for (char c : key) {
+        if (uint8_t(c) <= ' ' || c == 0x7f) {
+            throw client_error(client_errc::bad_request, 0,
+                               "kv key '" + std::string(key.substr(0, 60)) +
+                                   "' has a space or control character");
+        }
+    }
+}
+
+client::client(client_config cfg)
+    : _servers(make_transports(cfg))
+    , _ring(cfg.servers, cfg.distribution) {}
+
+client::~client() = default;
+
+future<std::optional<fetched_value>> client::get(std::string_view key) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<std::optional<fetched_value>>(std::current_exception());
+    }
+    std::vector<std::string> keys;
+    keys.emplace_back(key);
+    return _servers[_ring.server_of(key)]
+        ->get(std::move(keys))
+        .then([](std::vector<std::optional<fetched_value>> v) { return std::move(v.front()); });
+}
+
+future<std::vector<std::optional<fetched_value>>> client::get_many(std::vector<std::string> keys) {
+    for (const auto& k : keys) {
+        check_key(k); // a coroutine: the exception fails the returned future
+    }
+    // Which request answers each key: (request, position in it).
+    std::vector<std::vector<std::string>> batches;
+    std::vector<unsigned> batch_server;
+    std::vector<std::pair<unsigned, unsigned>> where(keys.size());
+    std::vector<int> open(_servers.size(), -1); // the batch of each server being filled
+    for (size_t i = 0; i < keys.size(); ++i) {
+        unsigned s = _ring.server_of(keys[i]);
+        if (open[s] < 0 || batches[open[s]].size() == keys_per_get) {
+            open[s] = int(batches.size());
+            batches.emplace_back();
+            batch_server.push_back(s);
+        }
+        where[i] = {unsigned(open[s]), unsigned(batches[open[s]].size())};
+        batches[open[s]].push_back(keys[i]);
+    }
+    std::vector<future<std::vector<std::optional<fetched_value>>>> sent;
+    for (size_t b = 0; b < batches.size(); ++b) {
+        sent.push_back(_servers[batch_server[b]]->get(std::move(batches[b])));
+    }
+    auto done = co_await when_all(std::move(sent));
+    std::vector<std::vector<std::optional<fetched_value>>> replies;
+    std::exception_ptr first_error;
+    for (auto& f : done) {
+        if (f.failed()) {
+            auto ex = f.get_exception();
+            if (!first_error) {
+                first_error = ex;
+            }
+            replies.emplace_back();
+        } else {
+            replies.push_back(f.get());
+        }
+    }
+    if (first_error) {
+        std::rethrow_exception(first_error);
+    }
+    std::vector<std::optional<fetched_value>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+        out[i] = std::move(replies[where[i].first][where[i].second]);
+    }
+    co_return out;
+}
+
+future<store_outcome> client::store(internal::store_op op, std::string_view key, std::string_view value,
+                                    uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<store_outcome>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->store(op, key, value, flags, exptime, cas_unique);
+}
+
+future<store_outcome> client::set(std::string_view key, std::string_view value, uint32_t flags,
+                                  int64_t exptime) {
+    return store(internal::store_op::set, key, value, flags, exptime, 0);
+}
+
+future<store_outcome> client::add(std::string_view key, std::string_view value, uint32_t flags,
+                                  int64_t exptime) {
+    return store(internal::store_op::add, key, value, flags, exptime, 0);
+}
+
+future<store_outcome> client::replace(std::string_view key, std::string_view value, uint32_t flags,
+                                      int64_t exptime) {
+    return store(internal::store_op::replace, key, value, flags, exptime, 0);
+}
+
+future<store_outcome> client::cas(std::string_view key, std::string_view value, uint64_t cas_unique,
+                                  uint32_t flags, int64_t exptime) {
+    return store(internal::store_op::cas, key, value, flags, exptime, cas_unique);
+}
+
+future<bool> client::remove(std::string_view key) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<bool>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->remove(key);
+}
+
+future<std::optional<uint64_t>> client::incr(std::string_view key, uint64_t delta) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<std::optional<uint64_t>>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->delta(true, key, delta);
+}
+
+future<std::optional<uint64_t>> client::decr(std::string_view key, uint64_t delta) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<std::optional<uint64_t>>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->delta(false, key, delta);
+}
+
+future<> client::close() {
+    std::vector<future<>> all;
+    for (auto& s : _servers) {
+        all.push_back(s->close());
+    }
+    co_await when_all_succeed(std::move(all));
+}
+
+} // namespace shoal::kv

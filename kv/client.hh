@@ -1,0 +1,90 @@
+#pragma once
+
+#include "core/future.hh"
+#include "kv/client_transport.hh"
+#include "kv/client_types.hh"
+#include "kv/ketama.hh"
+#include "kv/server_endpoint.hh"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shoal::kv {
+
+/// What a `kv::client` connects to and how it spreads keys.
+struct client_config {
+    /// The servers, in the order a libmemcached client would list them (the order matters for
+    /// ketama, as it does in libmemcached).
+    std::vector<server_endpoint> servers;
+    /// Which libmemcached consistent-hashing set-up to reproduce.
+    ketama_mode distribution = ketama_mode::weighted;
+    /// How long a connection attempt may take.
+    std::chrono::milliseconds connect_timeout{2000};
+};
+
+/// A memcached-protocol client for one shard: keys spread over several servers with ketama
+/// (libmemcached-compatible), one pipelined connection per server made on first use (and made
+/// again on the next request after it broke). Any number of requests may be in flight; each
+/// future resolves with its own reply. Failures are `client_error`s: `bad_request` before
+/// anything is sent (bad key), `connection` (refused, broken, garbled reply; every request in
+/// flight to that server fails), `server` (ERROR / CLIENT_ERROR / SERVER_ERROR; only that
+/// request fails). Keys and values are copied during each call. Arguments and results are plain
+/// values so that a C ABI can wrap it. Call `close()` and wait for it before destroying.
+class client {
+public:
+    /// A client of `cfg.servers`. Throws std::invalid_argument when the list is empty or an
+    /// address does not parse.
+    explicit client(client_config cfg);
+    ~client();
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    /// The value of `key`, nullopt when missing.
+    future<std::optional<fetched_value>> get(std::string_view key);
+    /// The values of `keys` (nullopt where missing), in the order of `keys`: one request per
+    /// server holding some of them, all in flight at once. Fails if any of those servers fails.
+    future<std::vector<std::optional<fetched_value>>> get_many(std::vector<std::string> keys);
+    /// Stores `value` under `key`.
+    future<store_outcome> set(std::string_view key, std::string_view value, uint32_t flags = 0,
+                              int64_t exptime = 0);
+    /// Stores only if `key` is missing (`not_stored` otherwise).
+    future<store_outcome> add(std::string_view key, std::string_view value, uint32_t flags = 0,
+                              int64_t exptime = 0);
+    /// Stores only if `key` exists (`not_stored` otherwise).
+    future<store_outcome> replace(std::string_view key, std::string_view value, uint32_t flags = 0,
+                                  int64_t exptime = 0);
+    /// Stores only if `key` still has the CAS unique `cas_unique` (`exists` if it changed,
+    /// `not_found` if it is gone).
+    future<store_outcome> cas(std::string_view key, std::string_view value, uint64_t cas_unique,
+                              uint32_t flags = 0, int64_t exptime = 0);
+    /// Deletes `key`: true when it existed.
+    future<bool> remove(std::string_view key);
+    /// Adds `delta` to the decimal number stored at `key` (wrapping at 2^64): the new value,
+    /// nullopt when missing; a non-numeric value is a `server` error.
+    future<std::optional<uint64_t>> incr(std::string_view key, uint64_t delta);
+    /// Subtracts `delta` (stopping at 0): the new value, nullopt when missing.
+    future<std::optional<uint64_t>> decr(std::string_view key, uint64_t delta);
+
+    /// Index of the server that holds `key` (libmemcached's choice).
+    unsigned server_of(std::string_view key) const noexcept { return _ring.server_of(key); }
+    /// Number of servers.
+    size_t server_count() const noexcept { return _servers.size(); }
+    /// Lets requests in flight finish and closes every connection; later requests fail.
+    future<> close();
+
+private:
+    future<store_outcome> store(internal::store_op op, std::string_view key, std::string_view value,
+                                uint32_t flags, int64_t exptime, uint64_t cas_unique);
+    std::vector<std::unique_ptr<internal::client_transport>> _servers;
+    ketama_ring _ring;
+};
+
+/// Throws `client_error` (bad_request) unless `key` is a valid memcached key: 1 to 250 bytes,
+/// no spaces or control characters.
+void check_key(std::string_view key);
+
+} // namespace shoal::kv

@@ -1,0 +1,37 @@
+#pragma once
+
+#include "core/future.hh"
+#include "kv/client_types.hh"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shoal::kv::internal {
+
+/// The storage commands a transport carries.
+enum class store_op { set, add, replace, cas };
+
+/// How `kv::client` talks to one server: the memcached text protocol over TCP today
+/// (`text_transport`), the native RDMA protocol later. Requests may be issued without waiting
+/// for earlier ones; a transport pipelines them and resolves each future with its own reply.
+/// Keys and values are read during the call only. Failures are `client_error`s. Single-shard.
+class client_transport {
+public:
+    virtual ~client_transport() = default;
+    /// The values of `keys` (nullopt where missing), in the order of `keys`.
+    virtual future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) = 0;
+    /// A storage command (`cas_unique` only for `store_op::cas`).
+    virtual future<store_outcome> store(store_op op, std::string_view key, std::string_view value,
+                                        uint32_t flags, int64_t exptime, uint64_t cas_unique) = 0;
+    /// Deletes `key`: true when it existed.
+    virtual future<bool> remove(std::string_view key) = 0;
+    /// incr (`incr` true) or decr by `delta`: the new value, nullopt when the key is missing.
+    virtual future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) = 0;
+    /// Lets requests in flight finish, then closes the connection; later requests fail.
+    virtual future<> close() = 0;
+};
+
+} // namespace shoal::kv::internal

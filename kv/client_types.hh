@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace shoal::kv {
+
+/// A value read by `kv::client`: its bytes, the client flags stored with it and its CAS unique
+/// (for `client::cas`).
+struct fetched_value {
+    std::string data;   ///< the value's bytes
+    uint32_t flags = 0; ///< the 32-bit client flags given when it was stored
+    uint64_t cas = 0;   ///< the CAS unique of this version
+};
+
+/// What a storage command did, as memcached answers it.
+enum class store_outcome {
+    stored,     ///< STORED
+    not_stored, ///< NOT_STORED: add of an existing key, replace/append of a missing one
+    exists,     ///< EXISTS: cas of a key changed since its unique was read
+    not_found,  ///< NOT_FOUND: cas of a missing key
+};
+
+/// Why a `kv::client` request failed.
+enum class client_errc {
+    bad_request, ///< refused before sending: bad key, client closed, no servers
+    connection,  ///< connect failed, the connection broke or the server's reply made no sense
+    server,      ///< the server answered ERROR, CLIENT_ERROR or SERVER_ERROR (text in what())
+};
+
+/// The exception a failed `kv::client` future holds: a kind, the index of the server concerned
+/// (in the configured list; 0 for bad requests) and a message naming the server and the cause.
+class client_error : public std::runtime_error {
+public:
+    /// An error of kind `code` about server `server`.
+    client_error(client_errc code, unsigned server, const std::string& what)
+        : std::runtime_error(what)
+        , _code(code)
+        , _server(server) {}
+    /// The kind of failure.
+    client_errc code() const noexcept { return _code; }
+    /// Index of the server concerned.
+    unsigned server() const noexcept { return _server; }
+
+private:
+    client_errc _code;
+    unsigned _server;
+};
+
+} // namespace shoal::kv
