@@ -301,7 +301,11 @@ void execute_storage(const request& r, uint64_t h, store& s, std::string& out) {
 
 } // namespace
 
-void execute_get_key(const request& r, std::string_view key, uint64_t h, store& s, std::string& out) {
+void execute_get_key(const request& r, std::string_view key, uint64_t h, store& s, std::string& out,
+                     item** held, size_t zero_copy_min) {
+    if (held) {
+        *held = nullptr;
+    }
     bool touch = r.cmd == command::gat || r.cmd == command::gats;
     item* it = touch ? s.get_and_touch(key, h, r.exptime) : s.get(key, h);
     if (!it) {
@@ -318,6 +322,10 @@ void execute_get_key(const request& r, std::string_view key, uint64_t h, store& 
         append_number(out, it->cas);
     }
     out += "\r\n";
+    if (held && it->value_len >= zero_copy_min && s.ref(it)) {
+        *held = it;
+        return;
+    }
     out.append(it->value());
     out += "\r\n";
 }

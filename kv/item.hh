@@ -7,7 +7,9 @@ namespace shoal::kv {
 
 /// One stored key and value, in a chunk of a slab page: this header, then the key, then the
 /// value (no terminator). Everything an item needs lives in its chunk, so a page of the shard's
-/// (registrable) memory holds complete items. Owned by its shard's `store`.
+/// (registrable) memory holds complete items. Owned by its shard's `store`; a reply being sent
+/// from its memory holds a reference (`refs`), and the chunk is reused only once the store has
+/// unlinked it and the last reference is gone.
 struct item {
     item* prev;            ///< LRU neighbour towards the head (more recent); free list: unused
     item* next;            ///< LRU neighbour towards the tail; free list: next free chunk
@@ -21,6 +23,7 @@ struct item {
     uint8_t cls;           ///< slab class
     uint8_t state;         ///< `linked`, `fetched`
     uint8_t reserved;
+    uint16_t refs; ///< references held by replies in flight (`store::ref`)
 
     static constexpr uint8_t linked = 1;  ///< in the hash table and an LRU
     static constexpr uint8_t fetched = 2; ///< read at least once since stored
@@ -43,5 +46,7 @@ struct item {
         return 48 + key_len + 1 + value_len + 2;
     }
 };
+
+static_assert(sizeof(item) == 56, "the item header stays 56 bytes");
 
 } // namespace shoal::kv

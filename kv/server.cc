@@ -5,6 +5,7 @@
 #include "core/log.hh"
 #include "kv/executor.hh"
 #include "kv/hash.hh"
+#include "kv/item_buffer.hh"
 
 #include <algorithm>
 #include <ctime>
@@ -20,22 +21,6 @@ logger kv_log("kv");
 uint32_t unix_now() {
     return uint32_t(::time(nullptr));
 }
-
-/// A batch of replies handed to the socket as it is: the string's memory is sent, not copied.
-class reply_buffer final : public net::buffer_owner {
-public:
-    explicit reply_buffer(std::string bytes) noexcept
-        : _bytes(std::move(bytes)) {}
-    /// The bytes to send.
-    std::string& bytes() noexcept { return _bytes; }
-
-private:
-    void release() noexcept override { delete this; }
-    std::string _bytes;
-};
-
-/// Replies at least this large are handed over without a copy; smaller ones are gathered.
-constexpr size_t handover_bytes = 16 * 1024;
 
 /// Keys of a multi-get handled per round: bounds the replies a connection holds at once.
 constexpr size_t get_batch = 16;
@@ -93,33 +78,34 @@ future<> server::admit(net::connected_socket s) {
     _shared->connections.fetch_sub(1);
 }
 
-future<> server::write_reply(net::output_stream& out, std::string& reply) {
+future<> server::write_reply(net::output_stream& out, reply_batch& reply) {
     _conn.bytes_written += reply.size();
-    if (reply.size() < handover_bytes) {
-        co_await out.write(std::string_view(reply));
-        reply.clear();
-        co_return;
-    }
-    auto* owner = new reply_buffer(std::move(reply));
-    reply = std::string();
-    net::temporary_buffer b(owner->bytes().data(), owner->bytes().size(), owner);
-    co_await out.write(std::move(b));
+    return reply.write_to(out);
 }
 
-bool server::try_local(const request& r, std::string& reply, bool& close) {
+void server::add_get_key(const request& r, std::string_view key, uint64_t h, reply_batch& reply) {
+    item* held;
+    execute_get_key(r, key, h, _store, reply.text(), &held, _cfg.zero_copy_min);
+    if (held) {
+        reply.add_value(item_value_buffer(_store, held, this_shard_id()));
+        reply.text() += "\r\n";
+    }
+}
+
+bool server::try_local(const request& r, reply_batch& reply, bool& close) {
     switch (r.cmd) {
     case command::version:
-        reply += "VERSION ";
-        reply += protocol_version;
-        reply += "\r\n";
+        reply.text() += "VERSION ";
+        reply.text() += protocol_version;
+        reply.text() += "\r\n";
         return true;
     case command::verbosity:
         if (!r.noreply) {
-            reply += "OK\r\n";
+            reply.text() += "OK\r\n";
         }
         return true;
     case command::mn:
-        reply += "MN\r\n";
+        reply.text() += "MN\r\n";
         return true;
     case command::quit:
         close = true;
@@ -141,9 +127,9 @@ bool server::try_local(const request& r, std::string& reply, bool& close) {
             }
         }
         for (size_t i = 0; i < r.keys.size(); ++i) {
-            execute_get_key(r, r.keys[i], hs[i], _store, reply);
+            add_get_key(r, r.keys[i], hs[i], reply);
         }
-        reply += "END\r\n";
+        reply.text() += "END\r\n";
         return true;
     }
     case command::flush_all:
@@ -154,13 +140,13 @@ bool server::try_local(const request& r, std::string& reply, bool& close) {
         if (shard_of(h, shard_count()) != this_shard_id()) {
             return false;
         }
-        execute_key_command(r, h, _store, reply);
+        execute_key_command(r, h, _store, reply.text());
         return true;
     }
     }
 }
 
-future<> server::handle_remote(const request& r, std::string& reply, net::output_stream& out) {
+future<> server::handle_remote(const request& r, reply_batch& reply, net::output_stream& out) {
     switch (r.cmd) {
     case command::get:
     case command::gets:
@@ -171,7 +157,7 @@ future<> server::handle_remote(const request& r, std::string& reply, net::output
     case command::flush_all:
         co_await _peers->invoke_on_all([exptime = r.exptime](server& s) { s._store.flush_all(exptime); });
         if (!r.noreply) {
-            reply += "OK\r\n";
+            reply.text() += "OK\r\n";
         }
         co_return;
     case command::stats:
@@ -180,7 +166,7 @@ future<> server::handle_remote(const request& r, std::string& reply, net::output
     default: {
         uint64_t h = hash_key(r.key);
         unsigned owner = shard_of(h, shard_count());
-        reply += co_await _peers->invoke_on(owner, [&r, h](server& s) {
+        reply.text() += co_await _peers->invoke_on(owner, [&r, h](server& s) {
             std::string part;
             execute_key_command(r, h, s._store, part);
             return part;
@@ -190,12 +176,20 @@ future<> server::handle_remote(const request& r, std::string& reply, net::output
     }
 }
 
-future<> server::handle_get(const request& r, std::string& reply, net::output_stream& out) {
+future<> server::handle_get(const request& r, reply_batch& reply, net::output_stream& out) {
     unsigned me = this_shard_id();
     unsigned n = shard_count();
+    /// One key's reply made on its owner shard: the text, and the item whose value is sent
+    /// from the owner's memory (null when the value is in the text).
+    struct part {
+        std::string text;
+        item* held = nullptr;
+        kv::store* owner = nullptr;
+    };
     std::vector<uint64_t> hs(get_batch);
     std::vector<unsigned> owner(get_batch);
-    std::vector<std::string> parts(get_batch);
+    std::vector<part> parts(get_batch);
+    size_t min = _cfg.zero_copy_min;
     for (size_t first = 0; first < r.keys.size(); first += get_batch) {
         size_t count = std::min(get_batch, r.keys.size() - first);
         bool remote = false;
@@ -203,11 +197,12 @@ future<> server::handle_get(const request& r, std::string& reply, net::output_st
             hs[i] = hash_key(r.keys[first + i]);
             owner[i] = shard_of(hs[i], n);
             remote |= owner[i] != me;
-            parts[i].clear();
+            parts[i].text.clear();
+            parts[i].held = nullptr;
         }
         if (!remote) {
             for (size_t i = 0; i < count; ++i) {
-                execute_get_key(r, r.keys[first + i], hs[i], _store, reply);
+                add_get_key(r, r.keys[first + i], hs[i], reply);
             }
         } else {
             // One batch per owning shard; the owners write their keys' replies in place.
@@ -216,32 +211,39 @@ future<> server::handle_get(const request& r, std::string& reply, net::output_st
                 if (s == me || std::find(owner.begin(), owner.begin() + count, s) == owner.begin() + count) {
                     continue;
                 }
-                batches.push_back(_peers->invoke_on(s, [&, first, count, s](server& peer) {
+                batches.push_back(_peers->invoke_on(s, [&, first, count, s, min](server& peer) {
                     for (size_t i = 0; i < count; ++i) {
                         if (owner[i] == s) {
-                            execute_get_key(r, r.keys[first + i], hs[i], peer._store, parts[i]);
+                            execute_get_key(r, r.keys[first + i], hs[i], peer._store, parts[i].text,
+                                            &parts[i].held, min);
+                            parts[i].owner = &peer._store;
                         }
                     }
                 }));
             }
             for (size_t i = 0; i < count; ++i) {
                 if (owner[i] == me) {
-                    execute_get_key(r, r.keys[first + i], hs[i], _store, parts[i]);
+                    execute_get_key(r, r.keys[first + i], hs[i], _store, parts[i].text, &parts[i].held, min);
+                    parts[i].owner = &_store;
                 }
             }
             co_await when_all_succeed(std::move(batches));
             for (size_t i = 0; i < count; ++i) {
-                reply += parts[i];
+                reply.text() += parts[i].text;
+                if (parts[i].held) {
+                    reply.add_value(item_value_buffer(*parts[i].owner, parts[i].held, owner[i]));
+                    reply.text() += "\r\n";
+                }
             }
         }
         if (reply.size() >= _cfg.reply_flush_bytes) {
             co_await write_reply(out, reply);
         }
     }
-    reply += "END\r\n";
+    reply.text() += "END\r\n";
 }
 
-future<> server::handle_stats(const request& r, std::string& reply) {
+future<> server::handle_stats(const request& r, reply_batch& reply) {
     server_info info;
     info.pid = uint32_t(::getpid());
     info.now = _store.now();
@@ -259,9 +261,9 @@ future<> server::handle_stats(const request& r, std::string& reply) {
         connection_stats c =
             co_await _peers->map_reduce([](server& sv) { return sv._conn; }, connection_stats(),
                                         [](connection_stats a, const connection_stats& b) { return a += b; });
-        format_general_stats(s, c, info, reply);
+        format_general_stats(s, c, info, reply.text());
     } else if (r.arg == "settings") {
-        format_settings(info, reply);
+        format_settings(info, reply.text());
     } else if (r.arg == "slabs" || r.arg == "items") {
         using classes = std::vector<std::vector<slab_class_info>>;
         classes all =
@@ -275,9 +277,9 @@ future<> server::handle_stats(const request& r, std::string& reply) {
             store_stats s =
                 co_await _peers->map_reduce([](server& sv) { return sv._store.stats(); }, store_stats(),
                                             [](store_stats a, const store_stats& b) { return a += b; });
-            format_slabs(merged, s.total_malloced, reply);
+            format_slabs(merged, s.total_malloced, reply.text());
         } else {
-            format_items(merged, info.now, reply);
+            format_items(merged, info.now, reply.text());
         }
     } else if (r.arg == "reset") {
         co_await _peers->invoke_on_all([](server& sv) {
@@ -285,11 +287,11 @@ future<> server::handle_stats(const request& r, std::string& reply) {
             sv._conn.total_connections = sv._conn.curr_connections;
             sv._conn.rejected_connections = sv._conn.bytes_read = sv._conn.bytes_written = 0;
         });
-        reply += "RESET\r\n";
+        reply.text() += "RESET\r\n";
     } else if (r.arg == "detail") {
-        reply += "CLIENT_ERROR usage: stats detail on|off|dump\r\n";
+        reply.text() += "CLIENT_ERROR usage: stats detail on|off|dump\r\n";
     } else {
-        reply += "ERROR\r\n";
+        reply.text() += "ERROR\r\n";
     }
 }
 
@@ -299,7 +301,7 @@ future<> server::serve(net::connected_socket s) {
     auto in = s.input();
     auto out = s.output();
     std::string pending; // unparsed bytes kept across reads (a request split by the network)
-    std::string reply;   // replies of the current batch: one write, one send
+    reply_batch reply;   // replies of the current batch: one write, one send
     request req;
     uint64_t skip = 0; // bytes of a swallowed data block still to come
     bool closing = false;
@@ -332,7 +334,7 @@ future<> server::serve(net::connected_socket s) {
                 }
                 pos += pr.consumed;
                 if (pr.kind == parse_result::reply) {
-                    reply.append(pr.text);
+                    reply.text().append(pr.text);
                 } else if (!try_local(req, reply, closing)) {
                     co_await handle_remote(req, reply, out);
                 }
@@ -369,6 +371,15 @@ future<> server::stop() {
     // Connections drain (their replies go out) until the deadline; a client that does not read
     // holds its connection in a blocked write, so what is left then is aborted.
     co_await _conns.stop(_cfg.drain_timeout);
+    // Replies sent from item memory hold references until the socket lets go of their buffers
+    // (an aborted connection's sends complete as cancelled shortly after); the store must
+    // outlive them.
+    for (int waited = 0; _store.refs_held() && waited < 5000; ++waited) {
+        co_await sleep(std::chrono::milliseconds(1));
+    }
+    if (_store.refs_held()) {
+        kv_log.error("stopping with {} item references still held by replies", _store.refs_held());
+    }
 }
 
 } // namespace shoal::kv

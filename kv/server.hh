@@ -4,6 +4,7 @@
 #include "core/sharded.hh"
 #include "core/timer.hh"
 #include "kv/protocol.hh"
+#include "kv/reply_batch.hh"
 #include "kv/stats_format.hh"
 #include "kv/store.hh"
 #include "net/server_connections.hh"
@@ -35,6 +36,10 @@ struct server_config {
     /// Reply bytes a connection gathers before it hands them to the socket (back-pressure
     /// applies there: a client that does not read stops being read).
     size_t reply_flush_bytes = 64 * 1024;
+    /// Values of at least this many bytes are sent from item memory (the item is referenced
+    /// until the socket is done with it) instead of being copied into the reply; get, gets,
+    /// gat and gats only.
+    size_t zero_copy_min = 16 * 1024;
     /// Whether each shard's store follows the wall clock (a 1 s timer, as memcached's clock);
     /// tests turn it off and set the time themselves.
     bool tick_clock = true;
@@ -73,11 +78,12 @@ private:
     future<> admit(net::connected_socket s);
     /// Serves one connection until it ends.
     future<> serve(net::connected_socket s);
-    bool try_local(const request& r, std::string& reply, bool& close);
-    future<> handle_remote(const request& r, std::string& reply, net::output_stream& out);
-    future<> handle_get(const request& r, std::string& reply, net::output_stream& out);
-    future<> handle_stats(const request& r, std::string& reply);
-    future<> write_reply(net::output_stream& out, std::string& reply);
+    bool try_local(const request& r, reply_batch& reply, bool& close);
+    future<> handle_remote(const request& r, reply_batch& reply, net::output_stream& out);
+    future<> handle_get(const request& r, reply_batch& reply, net::output_stream& out);
+    future<> handle_stats(const request& r, reply_batch& reply);
+    future<> write_reply(net::output_stream& out, reply_batch& reply);
+    void add_get_key(const request& r, std::string_view key, uint64_t h, reply_batch& reply);
 
     server_config _cfg;
     sharded<server>* _peers;

@@ -257,7 +257,26 @@ void store::unlink(item* it, uint64_t h) noexcept {
     --_stats.curr_items;
     _stats.bytes -= item::memcached_size(it->key_len, it->value_len);
     _classes[it->cls].mem_requested -= item::memcached_size(it->key_len, it->value_len);
-    release(it);
+    if (it->refs == 0) {
+        release(it); // else the last unref frees it
+    }
+}
+
+bool store::ref(item* it) noexcept {
+    if (it->refs == UINT16_MAX) {
+        return false;
+    }
+    ++it->refs;
+    ++_refs_held;
+    return true;
+}
+
+void store::unref(item* it) noexcept {
+    assert(it->refs > 0);
+    --_refs_held;
+    if (--it->refs == 0 && !(it->state & item::linked)) {
+        release(it);
+    }
 }
 
 void store::release(item* it) noexcept {
@@ -314,8 +333,8 @@ bool store::evict_from(unsigned cls) noexcept {
     item* victim = nullptr;
     int looked = 0;
     for (item* it = c.lru_tail; it && looked < 5; it = it->prev, ++looked) {
-        if (it == _pinned) {
-            continue;
+        if (it == _pinned || it->refs) {
+            continue; // a reply is being sent from it: unlinking would free nothing
         }
         if (is_dead(it)) {
             ++_stats.reclaimed;
@@ -356,18 +375,26 @@ bool store::steal_page(unsigned cls) noexcept {
         return false;
     }
     slab_class& v = _classes[victim];
-    char* page = v.pages.front();
-    if (v.lru_tail) {
-        char* tail = reinterpret_cast<char*>(v.lru_tail);
-        for (char* p : v.pages) {
-            if (tail >= p && tail < p + _page_size) {
-                page = p;
-                break;
-            }
+    // The page of the class's LRU tail, else the first page that no allocation in progress
+    // (`_pinned`) and no reply in flight (item references) holds.
+    char* tail = reinterpret_cast<char*>(v.lru_tail);
+    char* pinned = reinterpret_cast<char*>(_pinned);
+    auto movable = [&](char* p) {
+        return !(pinned && pinned >= p && pinned < p + _page_size) && !page_has_refs(v, p);
+    };
+    char* page = nullptr;
+    for (char* p : v.pages) {
+        if (tail && tail >= p && tail < p + _page_size && movable(p)) {
+            page = p;
+            break;
         }
     }
-    char* pinned = reinterpret_cast<char*>(_pinned);
-    if (pinned && pinned >= page && pinned < page + _page_size) {
+    for (size_t i = 0; !page && i < v.pages.size(); ++i) {
+        if (movable(v.pages[i])) {
+            page = v.pages[i];
+        }
+    }
+    if (!page) {
         return false;
     }
     char* end =
@@ -402,6 +429,20 @@ bool store::steal_page(unsigned cls) noexcept {
     c.carve_end = page + c.per_page * c.chunk_size;
     ++_stats.slab_reassigns;
     return true;
+}
+
+bool store::page_has_refs(const slab_class& v, char* page) const noexcept {
+    if (_refs_held == 0) {
+        return false;
+    }
+    char* end =
+        (v.carve >= page && v.carve <= page + _page_size) ? v.carve : page + v.per_page * v.chunk_size;
+    for (char* p = page; p + v.chunk_size <= end; p += v.chunk_size) {
+        if (reinterpret_cast<const item*>(p)->refs) {
+            return true;
+        }
+    }
+    return false;
 }
 
 item* store::allocate(size_t key_len, size_t value_len) noexcept {
@@ -442,6 +483,7 @@ item* store::new_item(std::string_view key, uint32_t client_flags, uint32_t expt
     it->key_len = uint8_t(key.size());
     it->state = 0;
     it->reserved = 0;
+    it->refs = 0;
     std::memcpy(it + 1, key.data(), key.size());
     return it;
 }
@@ -600,7 +642,7 @@ delta_result store::add_delta(std::string_view key, uint64_t h, bool incr, uint6
     for (size_t i = 0; i < n; ++i) {
         *result = *result * 10 + uint64_t(digits[i] - '0');
     }
-    if (n <= it->value_len) {
+    if (n <= it->value_len && it->refs == 0) {
         // In place, padded with spaces: what memcached does when no one else holds the item.
         std::memcpy(it->value_data(), digits, n);
         std::memset(it->value_data() + n, ' ', it->value_len - n);

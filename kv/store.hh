@@ -100,6 +100,15 @@ public:
     void unlink(item* it) noexcept { unlink(it, hash_key(it->key())); }
     /// Unlinks `it`, whose key hashes to `h`.
     void unlink(item* it, uint64_t h) noexcept;
+    /// Takes a reference on live item `it` for a reply sent from its memory: until `unref`, the
+    /// chunk is not reused, even if the item is deleted, overwritten, evicted or expires (the
+    /// store then just drops its own hold), and its value is not changed in place. False (no
+    /// reference taken) when the item already has the most references a header counts.
+    bool ref(item* it) noexcept;
+    /// Drops a reference taken with `ref`; the last one frees the chunk of an unlinked item.
+    void unref(item* it) noexcept;
+    /// References held by replies in flight (0 when no reply holds item memory).
+    size_t refs_held() const noexcept { return _refs_held; }
     /// Invalidates every item stored before now (delay 0) or before `delay` (an exptime).
     void flush_all(int64_t delay) noexcept;
     /// True when the item is past its exptime or a flush.
@@ -140,6 +149,7 @@ private:
     bool add_page(unsigned cls) noexcept;
     bool steal_page(unsigned cls) noexcept;
     bool evict_from(unsigned cls) noexcept;
+    bool page_has_refs(const slab_class& v, char* page) const noexcept;
     void release(item* it) noexcept;
     item* live(std::string_view key, uint64_t h) noexcept;
     item* touch_item(std::string_view key, uint64_t h, int64_t exptime) noexcept;
@@ -167,6 +177,7 @@ private:
     uint64_t _oldest_cas = 0;
     uint64_t _cas = 0;
     item* _pinned = nullptr; ///< the item an allocation must not evict (append, incr)
+    size_t _refs_held = 0;
     store_stats _stats;
 };
 

@@ -413,3 +413,85 @@ TEST(kv_server, eviction_under_a_small_memory_limit) {
                   }),
               0);
 }
+
+namespace {
+
+/// References item memory held by replies in flight, over all shards.
+future<size_t> refs_held(test_server& ts) {
+    return ts.servers.map_reduce([](kv::server& s) { return s.store().refs_held(); }, size_t(0),
+                                 [](size_t a, size_t b) { return a + b; });
+}
+
+} // namespace
+
+TEST(kv_server, large_values_are_sent_from_item_memory_that_stays_intact) {
+    EXPECT_EQ(
+        run(2,
+            []() -> future<> {
+                test_server ts;
+                co_await ts.start();
+                auto writer = co_await client::connect(ts.addr);
+                auto reader = co_await client::connect(ts.addr);
+                constexpr int n = 12;
+                constexpr size_t len = 900 * 1024;
+                auto value_of = [](int i, char base) {
+                    std::string v(len, char(base + i));
+                    for (size_t p = 0; p < len; p += 4096) {
+                        v[p] = char('0' + (p / 4096) % 10); // so that a shifted copy is caught too
+                    }
+                    return v;
+                };
+                std::string get = "get";
+                for (int i = 0; i < n; ++i) {
+                    co_await writer->send(set_req(fmt::format("big{}", i), value_of(i, 'a')));
+                    EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                    get += fmt::format(" big{}", i);
+                }
+                // 10.8 MB of replies to a client that does not read yet: the socket takes a
+                // part, the rest waits in item memory, referenced.
+                co_await reader->send(get + "\r\n");
+                size_t held = 0;
+                for (int i = 0; i < 2000 && held == 0; ++i) {
+                    co_await sleep(std::chrono::milliseconds(1));
+                    held = co_await refs_held(ts);
+                }
+                EXPECT_GT(held, 0u) << "values are sent from item memory, not copied";
+                // Delete half, overwrite the other half, and write as much again so that freed
+                // chunks would be reused at once if a held one were among them.
+                for (int i = 0; i < n; ++i) {
+                    auto k = fmt::format("big{}", i);
+                    if (i % 2) {
+                        co_await writer->send(fmt::format("delete {}\r\n", k));
+                        EXPECT_EQ(co_await writer->until("\r\n"), "DELETED\r\n");
+                    } else {
+                        co_await writer->send(set_req(k, value_of(i, 'A')));
+                        EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                    }
+                    co_await writer->send(set_req(fmt::format("other{}", i), value_of(i, 'n')));
+                    EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                }
+                std::string expect;
+                for (int i = 0; i < n; ++i) {
+                    expect += fmt::format("VALUE big{} 0 {}\r\n{}\r\n", i, len, value_of(i, 'a'));
+                }
+                expect += "END\r\n";
+                std::string got = co_await reader->until("END\r\n");
+                EXPECT_EQ(got.size(), expect.size());
+                EXPECT_TRUE(got == expect) << "the reply carries the values as they were when asked for";
+                size_t left = 1;
+                for (int i = 0; i < 2000 && left; ++i) {
+                    left = co_await refs_held(ts);
+                    if (left) {
+                        co_await sleep(std::chrono::milliseconds(1));
+                    }
+                }
+                EXPECT_EQ(left, 0u) << "every reference is dropped once the reply is sent";
+                co_await reader->send("get big0\r\n");
+                EXPECT_EQ(co_await reader->until("END\r\n"),
+                          fmt::format("VALUE big0 0 {}\r\n{}\r\nEND\r\n", len, value_of(0, 'A')));
+                co_await writer->out.close();
+                co_await reader->out.close();
+                co_await ts.stop();
+            }),
+        0);
+}

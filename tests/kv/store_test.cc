@@ -212,3 +212,86 @@ TEST(kv_store, many_keys_grow_the_table) {
     }
     EXPECT_EQ(s->stats().curr_items, 50000u);
 }
+
+// Item references (replies sent from item memory): a held item's bytes survive delete,
+// overwrite, eviction, page moves and in-place incr, and its chunk is reused only after unref.
+
+namespace {
+
+item* hold(store& s, std::string_view k) {
+    item* it = s.get(k, hash_key(k));
+    EXPECT_NE(it, nullptr) << k;
+    EXPECT_TRUE(it && s.ref(it));
+    return it;
+}
+
+} // namespace
+
+TEST(kv_store, a_held_item_survives_delete_and_overwrite_until_unref) {
+    auto s = make_store();
+    std::string a(3000, 'a'), b(3000, 'b');
+    put(*s, "del", a);
+    put(*s, "over", a);
+    item* d = hold(*s, "del");
+    item* o = hold(*s, "over");
+    EXPECT_EQ(s->refs_held(), 2u);
+    EXPECT_EQ(s->remove("del", hash_key("del")), store_result::stored);
+    EXPECT_EQ(put(*s, "over", b), store_result::stored);
+    EXPECT_EQ(get(*s, "del"), "<miss>") << "deleted for every client";
+    EXPECT_EQ(get(*s, "over"), b) << "overwritten for every client";
+    EXPECT_EQ(s->stats().curr_items, 1u);
+    // New items of the same size class must not land in the held chunks.
+    for (int i = 0; i < 50; ++i) {
+        put(*s, "fill" + std::to_string(i), b);
+        EXPECT_NE(s->peek("fill" + std::to_string(i), hash_key("fill" + std::to_string(i))), d);
+    }
+    EXPECT_EQ(d->value(), a) << "the reply in flight still sends the old bytes";
+    EXPECT_EQ(o->value(), a);
+    s->unref(d);
+    s->unref(o);
+    EXPECT_EQ(s->refs_held(), 0u);
+    // Now the chunks are free again: the next two items of the class take them.
+    put(*s, "next1", b);
+    put(*s, "next2", b);
+    item* n1 = s->peek("next1", hash_key("next1"));
+    item* n2 = s->peek("next2", hash_key("next2"));
+    EXPECT_TRUE((n1 == d || n1 == o) && (n2 == d || n2 == o)) << "freed chunks are reused first";
+}
+
+TEST(kv_store, incr_of_a_held_item_does_not_change_it_in_place) {
+    auto s = make_store();
+    put(*s, "n", "100");
+    item* held = hold(*s, "n");
+    uint64_t r = 0;
+    EXPECT_EQ(s->add_delta("n", hash_key("n"), false, 95, &r), delta_result::ok);
+    EXPECT_EQ(r, 5u);
+    EXPECT_EQ(held->value(), "100") << "a reply in flight keeps its bytes";
+    EXPECT_EQ(get(*s, "n"), "5") << "the new value is a new item";
+    s->unref(held);
+    put(*s, "m", "100");
+    EXPECT_EQ(s->add_delta("m", hash_key("m"), false, 95, &r), delta_result::ok);
+    EXPECT_EQ(get(*s, "m"), "5  ") << "unheld: in place, padded with spaces as memcached does";
+}
+
+TEST(kv_store, eviction_and_page_moves_skip_held_items) {
+    auto s = make_store(4 << 20);
+    std::string value(1000, 'v');
+    put(*s, "oldest", value);
+    item* held = hold(*s, "oldest");
+    for (int i = 0; i < 20000; ++i) {
+        ASSERT_EQ(put(*s, "key" + std::to_string(i), std::string(1000, char('a' + i % 26))), store_result::stored)
+            << i;
+    }
+    EXPECT_GT(s->stats().evictions, 10000u);
+    EXPECT_EQ(held->value(), value) << "the LRU tail was held: eviction took others";
+    EXPECT_EQ(get(*s, "oldest"), value) << "and it stays linked";
+    // A change of size mix moves pages between classes, never the page of the held item.
+    std::string big(100000, 'b');
+    for (int i = 0; i < 100; ++i) {
+        ASSERT_EQ(put(*s, "big" + std::to_string(i), big), store_result::stored) << i;
+    }
+    EXPECT_GT(s->stats().slab_reassigns, 0u);
+    EXPECT_EQ(held->value(), value);
+    s->unref(held);
+    EXPECT_EQ(s->refs_held(), 0u);
+}
