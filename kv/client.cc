@@ -20,8 +20,9 @@ std::vector<std::unique_ptr<internal::client_transport>> make_transports(const c
     std::vector<std::unique_ptr<internal::client_transport>> out;
     for (unsigned i = 0; i < cfg.servers.size(); ++i) {
         const auto& s = cfg.servers[i];
-        out.push_back(std::make_unique<internal::text_transport>(
-            net::socket_address::from_host_port(s.host, s.port), i, cfg.connect_timeout));
+        out.push_back(
+            std::make_unique<internal::text_transport>(net::socket_address::from_host_port(s.host, s.port), i,
+                                                       cfg.connect_timeout, cfg.request_timeout));
     }
     return out;
 }

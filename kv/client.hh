@@ -24,6 +24,10 @@ struct client_config {
     ketama_mode distribution = ketama_mode::weighted;
     /// How long a connection attempt may take.
     std::chrono::milliseconds connect_timeout{2000};
+    /// How long a request may wait for its reply (0: no limit). Replies come in order, so a
+    /// request that times out breaks its connection: it and every request behind it fail with
+    /// a `connection` error, and the next request connects again.
+    std::chrono::milliseconds request_timeout{0};
 };
 
 /// A memcached-protocol client for one shard: keys spread over several servers with ketama

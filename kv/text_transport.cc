@@ -38,10 +38,24 @@ void append_signed(std::string& out, int64_t n) {
 } // namespace
 
 text_transport::text_transport(net::socket_address addr, unsigned index,
-                               std::chrono::milliseconds connect_timeout)
+                               std::chrono::milliseconds connect_timeout,
+                               std::chrono::milliseconds request_timeout)
     : _addr(addr)
     , _index(index)
-    , _connect_timeout(connect_timeout) {}
+    , _connect_timeout(connect_timeout)
+    , _request_timeout(request_timeout) {
+    _watchdog.set_callback([this] { check_deadline(); });
+}
+
+void text_transport::check_deadline() noexcept {
+    if (!_pending.empty() && !_failed && lowres_clock::now() >= _pending.front().deadline) {
+        // Replies come in order: a request that is not answered holds every later one, so the
+        // connection cannot be trusted any more.
+        fail(std::make_exception_ptr(
+            error(client_errc::connection,
+                  "no reply within " + std::to_string(_request_timeout.count()) + " ms; connection closed")));
+    }
+}
 
 text_transport::~text_transport() {
     assert(!_running && "text_transport destroyed before close() resolved");
@@ -134,6 +148,9 @@ future<text_transport::reply> text_transport::enqueue(expect what, std::vector<s
         p.r.values.resize(keys.size());
     }
     p.keys = std::move(keys);
+    if (_request_timeout.count()) {
+        p.deadline = lowres_clock::now() + _request_timeout;
+    }
     auto f = p.done.get_future();
     if (!_running) {
         _running = true;
@@ -186,6 +203,10 @@ future<> text_transport::session() {
         if (s) {
             ++_connects;
             _sock = s;
+            if (_request_timeout.count()) {
+                _watchdog.arm_periodic(
+                    std::max<lowres_clock::duration>(_request_timeout / 4, std::chrono::milliseconds(10)));
+            }
             auto in = s.input();
             auto out = s.output();
             future<> reader = read_loop(in);
@@ -213,6 +234,7 @@ future<> text_transport::session() {
                 s.shutdown_input(); // closing: the reader sees the end of the stream
             }
             co_await std::move(reader);
+            _watchdog.cancel();
             _sock = {};
         }
         _rx.clear();

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/gate.hh"
+#include "core/timer.hh"
 #include "kv/client_transport.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
@@ -20,8 +21,10 @@ namespace shoal::kv::internal {
 /// (the stream can no longer be trusted). Call `close()` and wait for it before destroying.
 class text_transport final : public client_transport {
 public:
-    /// A transport to `addr`, server number `index` in the client's list (for errors).
-    text_transport(net::socket_address addr, unsigned index, std::chrono::milliseconds connect_timeout);
+    /// A transport to `addr`, server number `index` in the client's list (for errors). A request
+    /// not answered within `request_timeout` (0: no limit) breaks the connection.
+    text_transport(net::socket_address addr, unsigned index, std::chrono::milliseconds connect_timeout,
+                   std::chrono::milliseconds request_timeout);
     ~text_transport() override;
 
     future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) override;
@@ -49,6 +52,7 @@ private:
         expect what;
         std::vector<std::string> keys; ///< expect::values: the keys asked for, in order
         size_t next_key = 0;           ///< expect::values: first key not matched yet
+        lowres_clock::time_point deadline;
         reply r;
         promise<reply> done;
     };
@@ -65,11 +69,14 @@ private:
     void finish_front(std::exception_ptr ex);
     void fail(std::exception_ptr ex) noexcept;
     void wake() noexcept;
+    void check_deadline() noexcept;
     client_error error(client_errc code, std::string_view what) const;
 
     net::socket_address _addr;
     unsigned _index;
     std::chrono::milliseconds _connect_timeout;
+    std::chrono::milliseconds _request_timeout;
+    timer<lowres_clock> _watchdog; ///< checks the oldest request's deadline while connected
     std::deque<pending> _pending;
     std::string _tx; ///< requests not handed to the socket yet
     std::string _rx; ///< reply bytes not consumed yet

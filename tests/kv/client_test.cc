@@ -80,6 +80,16 @@ net::socket_address closed_port() {
     return a;
 }
 
+/// Reads until the peer closes or breaks the connection (a client that aborts sends a reset:
+/// the read then fails, which is as much an end as an empty read).
+future<> drain(net::input_stream& in) {
+    try {
+        while (!(co_await in.read()).empty()) {
+        }
+    } catch (const std::system_error&) {
+    }
+}
+
 /// Total connections a server has accepted (all shards).
 future<uint64_t> accepted(test_server& ts) {
     return ts.servers.map_reduce([](kv::server& s) { return s.conn_stats().total_connections; }, uint64_t(0),
@@ -469,7 +479,7 @@ TEST(kv_client, dropped_connection_fails_requests_in_flight_then_reconnects) {
                           EXPECT_EQ(got, "gets again\r\n");
                           co_await out2.write("END\r\n");
                           co_await out2.flush();
-                          co_await in2.read(); // until the client closes
+                          co_await drain(in2); // until the client closes
                           co_await out2.close();
                       };
                       auto server_done = serve();
@@ -500,7 +510,7 @@ TEST(kv_client, garbled_reply_breaks_the_connection) {
                           co_await in.read();
                           co_await out.write("HELLO\r\n");
                           co_await out.flush();
-                          co_await in.read(); // until the client hangs up
+                          co_await drain(in); // until the client hangs up
                       };
                       auto server_done = serve();
                       kv::client c(config_of({addr}));
@@ -556,6 +566,36 @@ TEST(kv_client, bad_keys_are_refused_before_sending) {
                       EXPECT_EQ(co_await failure_of(c.get("k")), "bad_request") << "closed";
                       EXPECT_THROW(kv::client(kv::client_config{}), std::invalid_argument);
                       co_await ts.stop();
+                  }),
+              0);
+}
+
+TEST(kv_client, request_timeout_breaks_a_silent_connection) {
+    EXPECT_EQ(run(1,
+                  []() -> future<> {
+                      // A server that reads requests and never answers.
+                      auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
+                      auto addr = ss.local_address();
+                      auto serve = [&ss]() -> future<> {
+                          auto a = co_await ss.accept();
+                          auto in = a.connection.input();
+                          co_await drain(in);
+                      };
+                      auto server_done = serve();
+                      auto cfg = config_of({addr});
+                      cfg.request_timeout = std::chrono::milliseconds(200);
+                      kv::client c(cfg);
+                      auto start = std::chrono::steady_clock::now();
+                      std::string what;
+                      auto first = failure_of(c.get("a"), &what);
+                      auto second = failure_of(c.set("b", "v"));
+                      EXPECT_EQ(co_await std::move(first), "connection");
+                      EXPECT_EQ(co_await std::move(second), "connection") << "the request behind it too";
+                      EXPECT_NE(what.find("no reply within 200 ms"), std::string::npos) << what;
+                      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+                          << "bounded by the timeout, not by the test's";
+                      co_await c.close();
+                      co_await std::move(server_done);
                   }),
               0);
 }
