@@ -186,6 +186,8 @@ TEST(kv_ketama, same_server_as_libmemcached) {
           {"192.168.1.6", 11211, 1},
           {"192.168.1.7", 11211, 1}}},
         {kv::ketama_mode::weighted, {{"127.0.0.1", 5000, 1}, {"127.0.0.1", 5001, 1}}},
+        // weight 0 (memcached_server_add's default) counts as 1 in both
+        {kv::ketama_mode::weighted, {{"10.3.0.1", 11211, 0}, {"10.3.0.2", 11211, 2}, {"10.3.0.3", 11211, 0}}},
         {kv::ketama_mode::plain, {{"127.0.0.1", 11211, 1}, {"10.0.0.2", 11212, 1}, {"10.0.0.3", 11213, 1}}},
         {kv::ketama_mode::plain, {{"10.2.0.1", 11211, 1}, {"10.2.0.2", 11211, 1}}},
     };
