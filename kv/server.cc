@@ -227,13 +227,25 @@ future<> server::handle_get(const request& r, reply_batch& reply, net::output_st
                     parts[i].owner = &_store;
                 }
             }
-            co_await when_all_succeed(std::move(batches));
+            // Every held item goes into the reply (whose buffers drop the references) even if
+            // a batch failed; then the first failure ends the connection.
+            auto done = co_await when_all(std::move(batches));
+            std::exception_ptr failed;
+            for (auto& f : done) {
+                if (f.failed()) {
+                    auto ex = f.get_exception();
+                    failed = failed ? failed : ex;
+                }
+            }
             for (size_t i = 0; i < count; ++i) {
                 reply.text() += parts[i].text;
                 if (parts[i].held) {
                     reply.add_value(item_value_buffer(*parts[i].owner, parts[i].held, owner[i]));
                     reply.text() += "\r\n";
                 }
+            }
+            if (failed) {
+                std::rethrow_exception(failed);
             }
         }
         if (reply.size() >= _cfg.reply_flush_bytes) {
