@@ -5,6 +5,7 @@
 // memcached's options mean what they mean to memcached: -m is megabytes for the whole server
 // (split evenly over the shards), -I the largest item, -c the connection limit. See docs/kv.md.
 
+#include "apps/common/metrics.hh"
 #include "apps/kv/memcached_args.hh"
 #include "core/app.hh"
 #include "core/coroutine.hh"
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     a.add_option("udp-port", "-U: only 0 (UDP off) is accepted", "0");
     a.add_option("threads", "-t: accepted for memcached compatibility; use --smp", "");
     a.add_option("drain-ms", "on SIGTERM, how long connections may drain before they are aborted", "2000");
+    apps::add_metrics_options(a);
     auto args = kv_app::translate_memcached_args(argc, argv);
     std::vector<char*> argp;
     for (auto& s : args) {
@@ -103,7 +105,7 @@ int main(int argc, char** argv) {
     try {
         return run_shards(smp, [&]() -> future<int> {
             cfg.store.memory_limit = size_t(cfg.limit_maxbytes / shard_count());
-            return run(cfg, addr);
+            return apps::with_metrics(a, [&] { return run(cfg, addr); });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-kv: %s\n", e.what());

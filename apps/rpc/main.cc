@@ -8,6 +8,7 @@
 // Over RDMA (--transport rdma) --host must be the RDMA device's address (rdma_cm refuses
 // loopback).
 
+#include "apps/common/metrics.hh"
 #include "apps/common/options.hh"
 #include "apps/rpc/rpc_bench.hh"
 #include "core/app.hh"
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
+    apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
@@ -191,10 +193,12 @@ int main(int argc, char** argv) {
     }
     try {
         return run_shards(smp, [&]() -> future<int> {
-            if (mode == "server") {
-                return run_server(t, o.server, size_t(64) << 20);
-            }
-            return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
+            return apps::with_metrics(a, [&]() -> future<int> {
+                if (mode == "server") {
+                    return run_server(t, o.server, size_t(64) << 20);
+                }
+                return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
+            });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());
