@@ -15,6 +15,8 @@ packages=(
   memcached python3-pymemcache
   # libFuzzer for the parsers' fuzz targets (scripts/run-fuzzers.sh)
   clang-14
+  # the Prometheus endpoint's scrape test: curl fetches /metrics, promtool checks it
+  prometheus curl
 )
 
 missing=()
