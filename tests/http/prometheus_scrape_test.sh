@@ -16,6 +16,7 @@ done
 
 work=$(mktemp -d)
 pid=""
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
   rm -rf "$work"

@@ -15,14 +15,16 @@ trap 'rm -rf "$work"' EXIT
 (cd "$build" && cpack -G DEB -B "$work/out" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }
 deb=$(find "$work/out" -maxdepth 1 -name 'shoal_*.deb' | head -1)
 dev=$(find "$work/out" -maxdepth 1 -name 'libshoal-dev_*.deb' | head -1)
-[ -n "$deb" ] && [ -n "$dev" ] || { echo "FAIL: packages missing"; ls "$work/out"; exit 1; }
+if [ -z "$deb" ] || [ -z "$dev" ]; then
+  echo "FAIL: packages missing"; ls "$work/out"; exit 1
+fi
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "shoal depends: $depends"
 for lib in libc6 liburing2 libibverbs1 librdmacm1 libfmt9 libboost-context1.74.0; do
   grep -q "\b$lib\b" <<<"$depends" || { echo "FAIL: $lib missing from Depends"; exit 1; }
 done
 if [ -n "$(apt-cache pkgnames 2>/dev/null | head -1)" ]; then
-  for p in $(tr ',|' '\n\n' <<<"$depends" | sed 's/(.*//; s/ //g' | sort -u); do
+  for p in $(tr ',|' '\n' <<<"$depends" | sed 's/(.*//; s/ //g' | sort -u); do
     apt-cache show "$p" >/dev/null 2>&1 || { echo "FAIL: dependency $p is not a Debian package"; exit 1; }
   done
 fi

@@ -28,7 +28,8 @@ fi
 grep -qx "consumer ok" "$work/run1.log"
 
 # pkg-config.
-export PKG_CONFIG_PATH="$(dirname "$(find "$prefix" -name shoal.pc)")"
+PKG_CONFIG_PATH="$(dirname "$(find "$prefix" -name shoal.pc)")"
+export PKG_CONFIG_PATH
 # shellcheck disable=SC2046 # word splitting of the flags is intended
 "${CXX:-c++}" -O1 -o "$work/pc-consumer" "$here/consumer/main.cc" $(pkg-config --cflags --libs shoal)
 "$work/pc-consumer" --smp 2 | tee "$work/run2.log"
