@@ -1,6 +1,7 @@
 #include "core/metrics.hh"
 
 #include "core/future_util.hh"
+#include "core/log.hh"
 #include "core/smp.hh"
 
 #include <algorithm>
@@ -30,6 +31,7 @@ struct registry {
 };
 
 thread_local registry tl_registry;
+logger metrics_log("metrics");
 
 bool valid_name(const std::string& s, bool colon_ok) {
     if (s.empty()) {
@@ -163,12 +165,14 @@ histogram histogram::exponential(double start, double factor, unsigned count) {
 }
 
 metric_group::metric_group(metric_group&& o) noexcept
-    : _ids(std::exchange(o._ids, {})) {}
+    : _ids(std::exchange(o._ids, {}))
+    , _shard(o._shard) {}
 
 metric_group& metric_group::operator=(metric_group&& o) noexcept {
     if (this != &o) {
         clear();
         _ids = std::exchange(o._ids, {});
+        _shard = o._shard;
     }
     return *this;
 }
@@ -178,6 +182,13 @@ metric_group::~metric_group() {
 }
 
 void metric_group::clear() noexcept {
+    if (!_ids.empty() && this_shard_id() != _shard) {
+        // Another shard's registry: touching it would race with that shard.
+        metrics_log.error("metric group of shard {} dropped on shard {}: its {} series stay registered",
+                          _shard, this_shard_id(), _ids.size());
+        _ids.clear();
+        return;
+    }
     for (uint64_t id : _ids) {
         tl_registry.entries.erase(id);
     }
@@ -188,8 +199,15 @@ namespace {
 
 /// Registers a series on the calling shard and records its id in `ids` (room is made first, so
 /// a failure leaves nothing registered).
-void add_entry(std::vector<uint64_t>& ids, const std::string& name, const std::string& help, kind type,
-               labels l, std::variant<const counter*, const gauge*, const histogram*, reader> source) {
+void add_entry(std::vector<uint64_t>& ids, unsigned& shard, const std::string& name, const std::string& help,
+               kind type, labels l,
+               std::variant<const counter*, const gauge*, const histogram*, reader> source) {
+    if (ids.empty()) {
+        shard = this_shard_id();
+    } else if (shard != this_shard_id()) {
+        throw std::logic_error("metric '" + name + "': a metric group registers on one shard only (shard " +
+                               std::to_string(shard) + ")");
+    }
     entry e{name, help, type, {}, std::move(source)};
     e.series_labels.reserve(l.size() + 1);
     e.series_labels.push_back({"shard", std::to_string(this_shard_id())});
@@ -207,31 +225,31 @@ void add_entry(std::vector<uint64_t>& ids, const std::string& name, const std::s
 
 metric_group& metric_group::add_counter(const std::string& name, const std::string& help, const counter& c,
                                         labels l) {
-    add_entry(_ids, name, help, kind::counter, std::move(l), &c);
+    add_entry(_ids, _shard, name, help, kind::counter, std::move(l), &c);
     return *this;
 }
 
 metric_group& metric_group::add_counter(const std::string& name, const std::string& help, reader read,
                                         labels l) {
-    add_entry(_ids, name, help, kind::counter, std::move(l), std::move(read));
+    add_entry(_ids, _shard, name, help, kind::counter, std::move(l), std::move(read));
     return *this;
 }
 
 metric_group& metric_group::add_gauge(const std::string& name, const std::string& help, const gauge& g,
                                       labels l) {
-    add_entry(_ids, name, help, kind::gauge, std::move(l), &g);
+    add_entry(_ids, _shard, name, help, kind::gauge, std::move(l), &g);
     return *this;
 }
 
 metric_group& metric_group::add_gauge(const std::string& name, const std::string& help, reader read,
                                       labels l) {
-    add_entry(_ids, name, help, kind::gauge, std::move(l), std::move(read));
+    add_entry(_ids, _shard, name, help, kind::gauge, std::move(l), std::move(read));
     return *this;
 }
 
 metric_group& metric_group::add_histogram(const std::string& name, const std::string& help,
                                           const histogram& h, labels l) {
-    add_entry(_ids, name, help, kind::histogram, std::move(l), &h);
+    add_entry(_ids, _shard, name, help, kind::histogram, std::move(l), &h);
     return *this;
 }
 

@@ -140,9 +140,10 @@ struct family {
 using reader = std::function<std::optional<double>()>;
 
 /// A set of metrics a component registers on the calling shard; they are unregistered when the
-/// group is destroyed, which must happen on the same shard. The `shard` label is added to every
-/// series. Names follow Prometheus rules (`[a-zA-Z_:][a-zA-Z0-9_:]*`; counters end in `_total`);
-/// a bad name or label, or a series registered twice, throws std::invalid_argument.
+/// group is destroyed or cleared, which must happen on that shard (elsewhere the registrations
+/// are left alone and an error is logged; registering on a second shard throws std::logic_error). The `shard`
+/// label is added to every series. Names follow Prometheus rules (`[a-zA-Z_:][a-zA-Z0-9_:]*`; counters end in
+/// `_total`); a bad name or label, or a series registered twice, throws std::invalid_argument.
 class metric_group {
 public:
     metric_group() = default;
@@ -170,6 +171,7 @@ public:
 
 private:
     std::vector<uint64_t> _ids;
+    unsigned _shard = 0; // the shard of the registrations (set by the first one)
 };
 
 /// A counter published from a `uint64_t` field of a component's stats struct.

@@ -80,4 +80,17 @@ future<int> with_metrics(const app& a, std::function<future<int>()> main) {
     co_return rc;
 }
 
+future<> shard_metric_groups::publish(std::function<metrics::metric_group()> make) {
+    _groups.resize(shard_count());
+    for (unsigned s = 0; s < shard_count(); ++s) {
+        co_await submit_to(s, [this, &make, s] { _groups[s] = make(); });
+    }
+}
+
+future<> shard_metric_groups::clear() {
+    for (unsigned s = 0; s < _groups.size(); ++s) {
+        co_await submit_to(s, [this, s] { _groups[s].clear(); });
+    }
+}
+
 } // namespace shoal::apps

@@ -11,6 +11,7 @@
 #include "core/coroutine.hh"
 #include "core/log.hh"
 #include "core/sharded.hh"
+#include "kv/metrics.hh"
 #include "kv/server.hh"
 #include "net/socket_address.hh"
 
@@ -45,12 +46,15 @@ future<int> run(kv::server_config cfg, net::socket_address addr) {
         std::fprintf(stderr, "shoal-kv: %s\n", fmt::format("{}", failed).c_str());
         co_return 1;
     }
+    apps::shard_metric_groups published;
+    co_await published.publish([&servers] { return kv::publish_metrics(servers.local()); });
     fmt::print("shoal-kv: listening on {} (memcached text protocol, {} shards, {} MB, max item {} bytes)\n",
                addr.to_string(), shard_count(), cfg.limit_maxbytes >> 20, cfg.store.max_item_size);
     std::fflush(stdout);
     co_await stop_requested();
     fmt::print("shoal-kv: stopping\n");
     std::fflush(stdout);
+    co_await published.clear();
     co_await servers.stop();
     fmt::print("shoal-kv: stopped\n");
     co_return 0;

@@ -16,6 +16,7 @@
 #include "core/sharded.hh"
 #include "net/rdma/options.hh"
 #include "net/transport.hh"
+#include "rpc/metrics.hh"
 #include "rpc/server.hh"
 
 #include <cstdio>
@@ -77,10 +78,13 @@ future<int> with_transport(net::transport t, Body body) {
 future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame) {
     return with_transport(t, [t, addr, max_frame](sharded<rpc::server>& servers) -> future<int> {
         auto where = co_await start_servers(servers, t, addr, max_frame);
+        apps::shard_metric_groups published;
+        co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
         fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name, where.to_string(),
                    shard_count());
         std::fflush(stdout);
         co_await stop_requested();
+        co_await published.clear();
         co_return 0;
     });
 }

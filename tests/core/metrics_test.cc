@@ -203,3 +203,28 @@ TEST(metrics, collect_all_shards_merges_families_with_a_shard_label_each) {
     });
     EXPECT_EQ(rc, 0);
 }
+
+TEST(metrics, a_group_belongs_to_the_shard_it_registered_on) {
+    int rc = shoal::testing::run_in_shards(2, []() -> future<> {
+        gauge x;
+        metric_group g;
+        co_await submit_to(1, [&] { g.add_gauge("test_on_one", "On shard 1.", x); });
+        EXPECT_THROW(g.add_gauge("test_on_zero", "Elsewhere.", x), std::logic_error);
+        size_t on0 = local_series_count();
+        size_t on1 = co_await submit_to(1, [] { return local_series_count(); });
+        // Cleared on shard 0: neither shard 0's registry (whose ids may collide) nor shard 1's
+        // (another thread) is touched.
+        g.clear();
+        EXPECT_EQ(local_series_count(), on0);
+        EXPECT_EQ(co_await submit_to(1, [] { return local_series_count(); }), on1);
+        // A group cleared on its own shard unregisters.
+        metric_group h;
+        co_await submit_to(1, [&] {
+            h.add_gauge("test_on_one_again", "On shard 1.", x);
+            EXPECT_EQ(local_series_count(), on1 + 1);
+            h.clear();
+            EXPECT_EQ(local_series_count(), on1);
+        });
+    });
+    EXPECT_EQ(rc, 0);
+}
