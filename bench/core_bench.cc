@@ -10,6 +10,7 @@
 #include "core/app.hh"
 #include "core/foreign_ptr.hh"
 #include "core/future_util.hh"
+#include "core/metrics.hh"
 #include "core/preempt.hh"
 #include "core/reactor.hh"
 #include "core/scheduling.hh"
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -258,6 +260,26 @@ future<> sched_group_switch(uint64_t n) {
     co_await std::move(background);
 }
 
+future<> histogram_observe(uint64_t n) {
+    // Latency-like samples (1 us .. 1 s, log-uniform, prepared beforehand) into the 20 buckets of
+    // an exponential histogram.
+    static metrics::histogram h = metrics::histogram::exponential(1e-6, 2, 20);
+    static const std::vector<double> samples = [] {
+        std::vector<double> v(4096);
+        uint64_t x = 88172645463325252ull;
+        for (double& d : v) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17; // xorshift64
+            d = 1e-6 * std::exp2(double(x % 20000) / 1000.0);
+        }
+        return v;
+    }();
+    for (uint64_t i = 0; i < n; ++i) {
+        h.observe(samples[opaque(i) & 4095]);
+    }
+    keep(h.count());
+    return make_ready_future<>();
+}
+
 std::vector<benchmark> all_benchmarks() {
     return {
         {"then_ready", "then() on a ready future (runs inline, no allocation)", then_ready},
@@ -278,6 +300,8 @@ std::vector<benchmark> all_benchmarks() {
         {"abort_request", "abort_source with one subscriber aborted", abort_source_abort},
         {"foreign_ptr_drop", "foreign_ptr made on shard 1, dropped on shard 0, freed at home (per object)",
          foreign_ptr_drop_remote, true},
+        {"histogram_observe", "metrics::histogram::observe() with 20 buckets (per sample)",
+         histogram_observe},
         {"sched_group_yield", "yield() while another scheduling group has tasks (per yield, both groups)",
          sched_group_switch},
     };

@@ -17,6 +17,8 @@ packages=(
   libmemcached-dev
   # libFuzzer for the parsers' fuzz targets (scripts/run-fuzzers.sh)
   clang-14
+  # the Prometheus endpoint's scrape test: curl fetches /metrics, promtool checks it
+  prometheus curl
 )
 
 missing=()

@@ -8,6 +8,7 @@
 // Over RDMA (--transport rdma) the addresses are the RDMA device's IP addresses (rdma_cm does
 // not accept loopback); the --rdma-* options choose the device and size its resources.
 
+#include "apps/common/metrics.hh"
 #include "apps/common/options.hh"
 #include "apps/echo/bench.hh"
 #include "apps/echo/echo_server.hh"
@@ -173,6 +174,7 @@ int main(int argc, char** argv) {
     a.add_option("recv-buffers", "tcp: receive buffers in each shard's ring", "1024");
     a.add_option("recv-buffer-size", "tcp: size of each receive buffer", "32K");
     net::add_transport_options(a);
+    apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
@@ -227,8 +229,10 @@ int main(int argc, char** argv) {
     }
     try {
         return run_shards(smp, [&]() -> future<int> {
-            return mode == "server" ? run_server(t, server_addr, shutdown_timeout)
-                                    : run_client(t, bench, a.has("json"));
+            return apps::with_metrics(a, [&]() -> future<int> {
+                return mode == "server" ? run_server(t, server_addr, shutdown_timeout)
+                                        : run_client(t, bench, a.has("json"));
+            });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-echo: %s\n", e.what());

@@ -5,6 +5,7 @@
 //                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
 //                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
 
+#include "apps/common/metrics.hh"
 #include "apps/common/svg_chart.hh"
 #include "apps/kv/bench.hh"
 #include "core/app.hh"
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
     a.add_option("svg", "also write a chart to this file");
     a.add_flag("json", "print JSON instead of the table");
     a.add_flag("no-preload", "do not set every key before measuring");
+    apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
@@ -144,20 +146,22 @@ int main(int argc, char** argv) {
     }
     try {
         return run_shards(a.engine_options(), [&]() -> future<int> {
-            auto results = co_await run_kv_bench(o);
-            if (a.has("json")) {
-                fmt::print("{}", format_kv_json(results, o));
-            } else {
-                fmt::print("{}", format_kv_table(results, o));
-            }
-            if (a.has("svg")) {
-                std::ofstream(a.get("svg")) << chart_of(results);
-            }
-            uint64_t errors = 0;
-            for (const auto& r : results) {
-                errors += r.errors;
-            }
-            co_return errors ? 1 : 0;
+            return apps::with_metrics(a, [&]() -> future<int> {
+                auto results = co_await run_kv_bench(o);
+                if (a.has("json")) {
+                    fmt::print("{}", format_kv_json(results, o));
+                } else {
+                    fmt::print("{}", format_kv_table(results, o));
+                }
+                if (a.has("svg")) {
+                    std::ofstream(a.get("svg")) << chart_of(results);
+                }
+                uint64_t errors = 0;
+                for (const auto& r : results) {
+                    errors += r.errors;
+                }
+                co_return errors ? 1 : 0;
+            });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-kv-bench: %s\n", e.what());

@@ -5,11 +5,13 @@
 // memcached's options mean what they mean to memcached: -m is megabytes for the whole server
 // (split evenly over the shards), -I the largest item, -c the connection limit. See docs/kv.md.
 
+#include "apps/common/metrics.hh"
 #include "apps/kv/memcached_args.hh"
 #include "core/app.hh"
 #include "core/coroutine.hh"
 #include "core/log.hh"
 #include "core/sharded.hh"
+#include "kv/metrics.hh"
 #include "kv/server.hh"
 #include "net/socket_address.hh"
 
@@ -44,12 +46,15 @@ future<int> run(kv::server_config cfg, net::socket_address addr) {
         std::fprintf(stderr, "shoal-kv: %s\n", fmt::format("{}", failed).c_str());
         co_return 1;
     }
+    apps::shard_metric_groups published;
+    co_await published.publish([&servers] { return kv::publish_metrics(servers.local()); });
     fmt::print("shoal-kv: listening on {} (memcached text protocol, {} shards, {} MB, max item {} bytes)\n",
                addr.to_string(), shard_count(), cfg.limit_maxbytes >> 20, cfg.store.max_item_size);
     std::fflush(stdout);
     co_await stop_requested();
     fmt::print("shoal-kv: stopping\n");
     std::fflush(stdout);
+    co_await published.clear();
     co_await servers.stop();
     fmt::print("shoal-kv: stopped\n");
     co_return 0;
@@ -67,6 +72,7 @@ int main(int argc, char** argv) {
     a.add_option("udp-port", "-U: only 0 (UDP off) is accepted", "0");
     a.add_option("threads", "-t: accepted for memcached compatibility; use --smp", "");
     a.add_option("drain-ms", "on SIGTERM, how long connections may drain before they are aborted", "2000");
+    apps::add_metrics_options(a);
     auto args = kv_app::translate_memcached_args(argc, argv);
     std::vector<char*> argp;
     for (auto& s : args) {
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
     try {
         return run_shards(smp, [&]() -> future<int> {
             cfg.store.memory_limit = size_t(cfg.limit_maxbytes / shard_count());
-            return run(cfg, addr);
+            return apps::with_metrics(a, [&] { return run(cfg, addr); });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-kv: %s\n", e.what());

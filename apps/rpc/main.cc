@@ -8,6 +8,7 @@
 // Over RDMA (--transport rdma) --host must be the RDMA device's address (rdma_cm refuses
 // loopback).
 
+#include "apps/common/metrics.hh"
 #include "apps/common/options.hh"
 #include "apps/rpc/rpc_bench.hh"
 #include "core/app.hh"
@@ -15,6 +16,7 @@
 #include "core/sharded.hh"
 #include "net/rdma/options.hh"
 #include "net/transport.hh"
+#include "rpc/metrics.hh"
 #include "rpc/server.hh"
 
 #include <cstdio>
@@ -76,10 +78,13 @@ future<int> with_transport(net::transport t, Body body) {
 future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame) {
     return with_transport(t, [t, addr, max_frame](sharded<rpc::server>& servers) -> future<int> {
         auto where = co_await start_servers(servers, t, addr, max_frame);
+        apps::shard_metric_groups published;
+        co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
         fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name, where.to_string(),
                    shard_count());
         std::fflush(stdout);
         co_await stop_requested();
+        co_await published.clear();
         co_return 0;
     });
 }
@@ -142,6 +147,7 @@ int main(int argc, char** argv) {
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
+    apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
@@ -191,10 +197,12 @@ int main(int argc, char** argv) {
     }
     try {
         return run_shards(smp, [&]() -> future<int> {
-            if (mode == "server") {
-                return run_server(t, o.server, size_t(64) << 20);
-            }
-            return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
+            return apps::with_metrics(a, [&]() -> future<int> {
+                if (mode == "server") {
+                    return run_server(t, o.server, size_t(64) << 20);
+                }
+                return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
+            });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());

@@ -1,0 +1,144 @@
+#include "net/http/server.hh"
+
+#include "core/coroutine.hh"
+#include "core/log.hh"
+#include "net/tcp/tcp.hh"
+
+#include <fmt/format.h>
+
+namespace shoal::net::http {
+
+namespace {
+logger http_log("http");
+/// Bytes read and dropped after the last response of a connection, waiting for the peer's FIN.
+constexpr size_t linger_bytes = 64 * 1024;
+} // namespace
+
+void server::add_route(std::string method, std::string path, handler h) {
+    _routes.push_back({std::move(method), std::move(path), std::move(h)});
+}
+
+void server::start(const socket_address& addr) {
+    _ss = tcp::listen(addr);
+    _conns.accept_from(_ss, [this](connected_socket s) { return serve(std::move(s)); });
+}
+
+future<> server::stop() {
+    return _conns.stop(_limits.drain);
+}
+
+response server::error(int status, std::string reason) {
+    response r;
+    r.status = status;
+    r.body = std::move(reason);
+    r.body += '\n';
+    return r;
+}
+
+future<response> server::dispatch(const request& r) {
+    bool path_known = false;
+    std::string allow;
+    for (const auto& rt : _routes) {
+        if (rt.path != r.path) {
+            continue;
+        }
+        path_known = true;
+        if (rt.method == r.method) {
+            if (r.has_body) {
+                co_return error(400, "request bodies are not accepted");
+            }
+            try {
+                co_return co_await rt.serve(r);
+            } catch (...) {
+                http_log.warn("{} {} failed: {}", r.method, r.path, std::current_exception());
+                co_return error(500, "the handler failed");
+            }
+        }
+        allow += allow.empty() ? rt.method : ", " + rt.method;
+    }
+    if (!path_known) {
+        co_return error(404, "no such path: " + r.path);
+    }
+    response e = error(405, r.method + " is not allowed here; use " + allow);
+    e.headers.emplace_back("Allow", allow);
+    co_return e;
+}
+
+future<> server::serve(connected_socket s) {
+    auto in = s.input();
+    auto out = s.output();
+    std::string buf;
+    bool keep = true;
+    if (_conns.open() > _limits.max_connections) {
+        keep = false;
+        response r = error(503, "too many connections");
+        ++_requests;
+        ++_errors;
+        co_await out.write(
+            fmt::format("HTTP/1.1 503 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: "
+                        "close\r\n\r\n{}",
+                        status_text(503), r.content_type, r.body.size(), r.body));
+        co_await out.flush();
+    }
+    while (keep) {
+        std::optional<size_t> end;
+        bool too_long = false;
+        while (!(end = find_head_end(buf))) {
+            if (buf.size() > _limits.max_head_bytes) {
+                too_long = true;
+                break;
+            }
+            temporary_buffer b = co_await in.read();
+            if (b.empty()) {
+                if (!buf.empty()) {
+                    http_log.debug("connection closed in the middle of a request head");
+                }
+                co_await out.close();
+                co_return;
+            }
+            buf.append(b.get(), b.size());
+        }
+        response r;
+        if (too_long || *end > _limits.max_head_bytes) {
+            r = error(431, "request head longer than " + std::to_string(_limits.max_head_bytes) + " bytes");
+            keep = false;
+        } else {
+            auto [req, err] = parse_request(std::string_view(buf).substr(0, *end));
+            buf.erase(0, *end);
+            if (err) {
+                r = error(err->status, err->reason);
+                keep = false;
+            } else {
+                r = co_await dispatch(req);
+                keep = req.keep_alive && r.status < 400;
+            }
+        }
+        ++_requests;
+        if (r.status >= 400) {
+            ++_errors;
+        }
+        std::string head = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+                                       r.status, status_text(r.status), r.content_type, r.body.size());
+        for (const auto& [name, value] : r.headers) {
+            head += fmt::format("{}: {}\r\n", name, value);
+        }
+        head += keep ? "\r\n" : "Connection: close\r\n\r\n";
+        co_await out.write(head);
+        co_await out.write(r.body);
+        co_await out.flush();
+    }
+    // Lingering close: FIN first, then read what the peer still sends (up to a bound) until it
+    // closes, so unread request bytes do not turn our close into a reset that could destroy the
+    // response before the peer reads it.
+    co_await out.close();
+    size_t discarded = 0;
+    while (discarded < linger_bytes) {
+        temporary_buffer b = co_await in.read();
+        if (b.empty()) {
+            break;
+        }
+        discarded += b.size();
+    }
+}
+
+} // namespace shoal::net::http

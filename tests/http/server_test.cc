@@ -1,0 +1,194 @@
+// The HTTP server of net/http with the Prometheus route, over real loopback TCP: scrapes gather
+// every shard; bad requests get their status, close the connection, and reach no other shard.
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "core/log.hh"
+#include "core/metrics.hh"
+#include "core/smp.hh"
+#include "net/http/prometheus.hh"
+#include "net/http/server.hh"
+#include "net/tcp/tcp.hh"
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+using namespace shoal;
+using namespace shoal::net;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Runs `body` on shard 0 of a fresh 2-shard engine; 0 when it resolved.
+int run2(std::function<future<>()> body) {
+    smp_options o;
+    o.smp = 2;
+    o.pin = false;
+    return run_shards(o, [body = std::move(body)]() -> future<int> {
+        return body().then_wrapped([](future<> f) {
+            if (f.failed()) {
+                ADD_FAILURE() << "test body failed: " << fmt::format("{}", f.get_exception());
+                return 1;
+            }
+            return 0;
+        });
+    });
+}
+
+/// Sends `request`, half-closes, and returns everything the server sent until it closed.
+future<std::string> exchange_unbounded(socket_address addr, std::string request) {
+    connected_socket s = co_await tcp::connect(addr);
+    auto in = s.input();
+    auto out = s.output();
+    co_await out.write(request);
+    co_await out.close();
+    std::string got;
+    for (;;) {
+        temporary_buffer b = co_await in.read();
+        if (b.empty()) {
+            break;
+        }
+        got.append(b.get(), b.size());
+    }
+    co_return got;
+}
+
+/// `exchange_unbounded`, failing after 10 s.
+future<std::string> exchange(socket_address addr, std::string request) {
+    return with_timeout(steady_clock_type::now() + 10s, exchange_unbounded(addr, std::move(request)));
+}
+
+/// The status code of the first response in `text`, or -1.
+int status_of(const std::string& text) {
+    if (text.size() < 12 || !text.starts_with("HTTP/1.1 ")) {
+        return -1;
+    }
+    return std::stoi(text.substr(9, 3));
+}
+
+/// Times the shard-1 probe metric was collected, on shard 1.
+thread_local uint64_t tl_probe_reads = 0;
+
+/// A server on shard 0 with the Prometheus route, and a probe metric on shard 1 that counts
+/// how often a scrape reached that shard.
+struct fixture {
+    std::unique_ptr<http::server> srv;
+    std::unique_ptr<metrics::metric_group> probe; // lives on shard 1
+
+    future<> start(http::server_limits limits = {}) {
+        co_await submit_to(1, [this] {
+            tl_probe_reads = 0;
+            probe = std::make_unique<metrics::metric_group>();
+            probe->add_counter("test_probe_reads_total", "Collections that reached shard 1.",
+                               []() -> std::optional<double> { return double(++tl_probe_reads); });
+        });
+        srv = std::make_unique<http::server>(limits);
+        http::add_prometheus_route(*srv);
+        srv->start(socket_address::parse("127.0.0.1:0"));
+    }
+    future<uint64_t> probe_reads() {
+        return submit_to(1, [] { return tl_probe_reads; });
+    }
+    future<> stop() {
+        co_await srv->stop();
+        co_await submit_to(1, [this] { probe.reset(); });
+    }
+};
+
+} // namespace
+
+TEST(http_server, scrape_gathers_every_shard) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        co_await f.start();
+        std::string r = co_await exchange(f.srv->local_address(),
+                                          "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        EXPECT_EQ(status_of(r), 200) << r;
+        EXPECT_NE(r.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << r;
+        EXPECT_NE(r.find("# TYPE test_probe_reads_total counter\n"), std::string::npos) << r;
+        EXPECT_NE(r.find("test_probe_reads_total{shard=\"1\"} 1\n"), std::string::npos) << r;
+        // Content-Length matches the body.
+        size_t body_at = r.find("\r\n\r\n") + 4;
+        size_t cl = r.find("Content-Length: ");
+        EXPECT_EQ(std::stoul(r.substr(cl + 16)), r.size() - body_at);
+        EXPECT_EQ(co_await f.probe_reads(), 1u);
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(http_server, keep_alive_serves_pipelined_requests_in_order) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        co_await f.start();
+        std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"
+                                                                  "GET /nope HTTP/1.1\r\nHost: t\r\n\r\n");
+        size_t second = r.find("HTTP/1.1 404");
+        EXPECT_EQ(status_of(r), 200) << r;
+        EXPECT_NE(second, std::string::npos) << r;
+        EXPECT_LT(r.find("test_probe_reads_total{shard=\"1\"} 1\n"), second);
+        EXPECT_EQ(co_await f.probe_reads(), 1u);
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(http_server, bad_requests_get_their_status_and_never_reach_the_shards) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        co_await f.start({.max_head_bytes = 1024});
+        struct bad_case {
+            std::string request;
+            int status;
+            const char* must_contain;
+        };
+        const bad_case cases[] = {
+            {"GET /other HTTP/1.1\r\nHost: t\r\n\r\n", 404, "no such path"},
+            {"POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc", 405, "Allow: GET\r\n"},
+            {"DELETE /metrics HTTP/1.1\r\nHost: t\r\n\r\n", 405, "Allow: GET\r\n"},
+            {"GET /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc", 400, "bodies"},
+            {"GARBAGE\r\n\r\n", 400, "malformed request line"},
+            {"GET /metrics HTTP/1.1\r\n\r\n", 400, "without Host"},
+            {std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 15), 400,
+             "malformed"}, // TLS hello
+            {"GET /metrics HTTP/2.0\r\nHost: t\r\n\r\n", 505, "HTTP/1.x"},
+            {"GET /metrics HTTP/1.1\r\nHost: t\r\nX: " + std::string(2000, 'x') + "\r\n\r\n", 431, "longer"},
+            {"GET /metrics HTTP/1.1\r\nHost: t\r\nX: " + std::string(2000, 'x'), 431, "longer"}, // never ends
+        };
+        for (const auto& c : cases) {
+            std::string r = co_await exchange(f.srv->local_address(), c.request);
+            EXPECT_EQ(status_of(r), c.status) << c.request << "\n--- got:\n" << r;
+            EXPECT_NE(r.find(c.must_contain), std::string::npos) << r;
+            EXPECT_NE(r.find("Connection: close\r\n"), std::string::npos) << r;
+        }
+        // A request that stops half-way is dropped without an answer.
+        std::string r = co_await exchange(f.srv->local_address(), "GET /metr");
+        EXPECT_EQ(r, "");
+        EXPECT_EQ(co_await f.probe_reads(), 0u);
+        EXPECT_EQ(f.srv->errors(), std::size(cases));
+        // And the server still serves.
+        r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.0\r\n\r\n");
+        EXPECT_EQ(status_of(r), 200) << r;
+        EXPECT_EQ(co_await f.probe_reads(), 1u);
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(http_server, connections_over_the_limit_get_503) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        co_await f.start({.max_connections = 1});
+        // The first connection stays open (no request yet); the second is refused.
+        connected_socket held = co_await tcp::connect(f.srv->local_address());
+        std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        EXPECT_EQ(status_of(r), 503) << r;
+        EXPECT_EQ(co_await f.probe_reads(), 0u);
+        held.abort();
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the Debian packages of the already-built tree with `cpack -G DEB`, checks that every
+# dependency of the `shoal` package is a Debian package known to apt (when apt has package lists),
+# extracts it into a scratch root with `dpkg -x` and runs `shoal-echo --help` from there.
+# Exits 77 (skipped) without dpkg-deb or dpkg-shlibdeps (Debian: dpkg-dev).
+set -euo pipefail
+
+build=${1:?usage: deb_test.sh BUILD_DIR}
+for tool in cpack dpkg-deb dpkg-shlibdeps; do
+  command -v "$tool" >/dev/null || { echo "SKIPPED: $tool is not installed (Debian: dpkg-dev)"; exit 77; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+(cd "$build" && cpack -G DEB -B "$work/out" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }
+deb=$(find "$work/out" -maxdepth 1 -name 'shoal_*.deb' | head -1)
+dev=$(find "$work/out" -maxdepth 1 -name 'libshoal-dev_*.deb' | head -1)
+if [ -z "$deb" ] || [ -z "$dev" ]; then
+  echo "FAIL: packages missing"; ls "$work/out"; exit 1
+fi
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "shoal depends: $depends"
+for lib in libc6 liburing2 libibverbs1 librdmacm1 libfmt9 libboost-context1.74.0; do
+  grep -q "\b$lib\b" <<<"$depends" || { echo "FAIL: $lib missing from Depends"; exit 1; }
+done
+if [ -n "$(apt-cache pkgnames 2>/dev/null | head -1)" ]; then
+  for p in $(tr ',|' '\n' <<<"$depends" | sed 's/(.*//; s/ //g' | sort -u); do
+    apt-cache show "$p" >/dev/null 2>&1 || { echo "FAIL: dependency $p is not a Debian package"; exit 1; }
+  done
+fi
+root=$work/root
+dpkg -x "$deb" "$root"
+dpkg -x "$dev" "$root"
+[ -f "$root/usr/include/shoal/core/app.hh" ] || { echo "FAIL: libshoal-dev has no headers"; exit 1; }
+"$root/usr/bin/shoal-echo" --help >"$work/help.txt"
+grep -q -- "--prometheus-port" "$work/help.txt" || { echo "FAIL: unexpected --help"; cat "$work/help.txt"; exit 1; }
+echo "PASS: $(basename "$deb") and $(basename "$dev"); shoal-echo --help runs from the scratch root"
