@@ -3,6 +3,7 @@
 #include "core/coroutine.hh"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <iterator>
 #include <stdexcept>
@@ -136,10 +137,7 @@ output_stream::output_stream(std::unique_ptr<data_sink_impl> sink, size_t buffer
     _buffer_size = buffer_size ? buffer_size : (hint ? hint : 8192);
 }
 
-future<> output_stream::put_gathered() {
-    if (_used == 0) {
-        return make_ready_future<>();
-    }
+temporary_buffer output_stream::take_gathered() noexcept {
     // Hand over a slice and keep gathering behind it: the sink only reads the slice, we only
     // write past it. A tail too short to be worth it is dropped (its memory goes with the
     // last slice).
@@ -149,7 +147,14 @@ future<> output_stream::put_gathered() {
     if (_buf.size() < std::max<size_t>(_buffer_size / 8, 1)) {
         _buf.reset();
     }
-    return _sink->put(std::move(gathered));
+    return gathered;
+}
+
+future<> output_stream::put_gathered() {
+    if (_used == 0) {
+        return make_ready_future<>();
+    }
+    return _sink->put(take_gathered());
 }
 
 future<> output_stream::write(std::string_view bytes) {
@@ -212,6 +217,16 @@ future<> output_stream::write(temporary_buffer buf) {
 future<> output_stream::write(std::span<temporary_buffer> bufs) {
     if (!_sink) {
         return not_connected();
+    }
+    if (_used > 0 && bufs.size() < 8) {
+        // What was gathered goes in the same put_many, in front: a header written with
+        // write(string_view) and a payload given here can leave in one send.
+        std::array<temporary_buffer, 8> all;
+        all[0] = take_gathered();
+        for (size_t i = 0; i < bufs.size(); ++i) {
+            all[i + 1] = std::move(bufs[i]);
+        }
+        return _sink->put_many(std::span<temporary_buffer>(all.data(), bufs.size() + 1));
     }
     auto put = put_gathered();
     if (put.available() && !put.failed()) {

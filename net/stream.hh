@@ -128,8 +128,9 @@ public:
     /// Hands `buf` over (no copy when it is large; small buffers are gathered).
     future<> write(temporary_buffer buf);
     /// Hands every buffer of `bufs` over as it is, in order after what was gathered, without a
-    /// copy and in one `put_many` (over TCP a header and a payload leave in one sendmsg). The
-    /// buffers are moved out of `bufs` before this returns.
+    /// copy and in one `put_many` together with the gathered bytes (over TCP a header and a
+    /// payload leave in one sendmsg, over RDMA in one SEND). The buffers are moved out of
+    /// `bufs` before this returns.
     future<> write(std::span<temporary_buffer> bufs);
     /// Sends what is gathered and waits until the transport has taken it.
     future<> flush();
@@ -137,6 +138,8 @@ public:
     future<> close();
 
 private:
+    /// The gathered bytes as a slice of the gathering buffer (gathering goes on behind it).
+    temporary_buffer take_gathered() noexcept;
     future<> put_gathered();
     std::unique_ptr<data_sink_impl> _sink;
     size_t _buffer_size = 8192;

@@ -1,6 +1,8 @@
 #pragma once
 
 #include "core/future.hh"
+#include "net/message.hh"
+#include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/queue_pair.hh"
@@ -54,13 +56,21 @@ public:
                                   uint64_t desired) {
         return impl().compare_swap(dst, offset, expected, desired);
     }
-    /// The next immediate value a WRITE_WITH_IMM from the peer delivered (in order).
+    /// The next immediate value a WRITE_WITH_IMM from the peer delivered (in order). Fails
+    /// with std::logic_error once a channel of tagged immediates is open.
     future<uint32_t> next_immediate() { return impl().next_immediate(); }
+    /// Opens the channel of immediates tagged `tag` (0-15), so several users share this
+    /// connection's WRITE_WITH_IMM events (see `immediate_channel`). Throws
+    /// std::invalid_argument for a bad tag, std::logic_error when it is open already.
+    immediate_channel immediates(unsigned tag);
 
     /// The region the peer offered in its connect/accept private data, if any.
     const std::optional<remote_region>& peer_region() const noexcept { return impl().peer_region(); }
-    /// The stream transport over this connection (take it once).
+    /// The stream transport over this connection (take it once; not with `messages()`).
     net::connected_socket socket();
+    /// The message API over this connection (take it once; not with `socket()`): each message
+    /// is one SEND of at most the peer's receive size (no splitting), received as one buffer.
+    net::message_connection messages();
 
     /// This side's address.
     net::socket_address local_address() const noexcept { return impl().local_address(); }

@@ -441,16 +441,20 @@ void connection_impl::create_qp() {
     a.qp_type = IBV_QPT_RC;
     a.sq_sig_all = 0;
     a.cap.max_send_wr = _depth;
-    a.cap.max_send_sge = 1;
+    // A message's pieces (header, payload) go out as one SEND: several entries, as many as
+    // the device allows (rxe: 32) up to max_send_gather.
+    a.cap.max_send_sge = std::clamp(_ctx->dev().capabilities().max_send_sge, 1u, max_send_gather);
     a.cap.max_recv_wr = 0;
     a.cap.max_recv_sge = 1;
     a.cap.max_inline_data = _max_inline;
     if (rdma_create_qp(_id, _ctx->qp_pd(), &a) != 0) {
-        throw rdma_error(
-            errno_text(fmt::format("rdma_create_qp (send queue {}, inline {})", _depth, _max_inline), errno));
+        throw rdma_error(errno_text(fmt::format("rdma_create_qp (send queue {}, {} send SGEs, inline {})",
+                                                _depth, a.cap.max_send_sge, _max_inline),
+                                    errno));
     }
     _qp = _id->qp;
     _max_inline = a.cap.max_inline_data;
+    _max_sge = std::clamp(a.cap.max_send_sge, 1u, max_send_gather);
     _ctx->register_qp(_qp->qp_num, this);
     _qp_registered = true;
     // Receives for what the peer may send right away: its credits and control credits.
@@ -765,6 +769,7 @@ void connection_impl::destroy_resources() noexcept {
     }
     // Received data and immediates stay readable until the user drops the connection.
     _tx.clear();
+    _msgs.clear();
     _tx_bytes = 0;
     _atomics.reset();
     if (_in_context) {

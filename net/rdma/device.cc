@@ -284,6 +284,7 @@ void device::choose_gid(int requested, const std::string& address) {
 
 void device::probe_capabilities() {
     _caps.atomics = _attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
+    _caps.max_send_sge = uint32_t(std::max(1, _attr.orig_attr.max_sge));
     _caps.memory_windows = (_attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
 
     errno = 0;
@@ -347,8 +348,9 @@ std::string device::link_layer() const {
 
 std::string device::describe() const {
     return fmt::format(
-        "{} port {} ({}, MTU {}), GID[{}] {} ({}), inline {} B, thread domain: {}", _name, _port,
-        link_layer(), 128 << _port_attr.active_mtu, _gid_index, gid_text(), _gid_type, _caps.max_inline_data,
+        "{} port {} ({}, MTU {}), GID[{}] {} ({}), inline {} B, {} send SGEs, thread domain: {}", _name,
+        _port, link_layer(), 128 << _port_attr.active_mtu, _gid_index, gid_text(), _gid_type,
+        _caps.max_inline_data, _caps.max_send_sge,
         _caps.thread_domain ? std::string("yes")
                             : fmt::format("no ({})", std::strerror(_caps.thread_domain_errno)));
 }

@@ -30,6 +30,8 @@ struct device_capabilities {
     int thread_domain_errno = 0;
     /// Largest inline send a QP accepts (probed by creating QPs).
     uint32_t max_inline_data = 0;
+    /// Scatter-gather entries a send work request may have (`ibv_device_attr::max_sge`).
+    uint32_t max_send_sge = 1;
     /// Remote atomics (fetch-and-add, compare-and-swap) are supported.
     bool atomics = false;
     /// Memory windows of type 2 are supported.

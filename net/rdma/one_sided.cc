@@ -297,6 +297,9 @@ future<uint64_t> connection_impl::issue_compare_swap(const remote_region& dst, u
 
 future<uint32_t> connection_impl::next_immediate() {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (_tags) {
+        return make_exception_future<uint32_t>(std::logic_error(tagged_immediates_error));
+    }
     if (!_imm.empty()) {
         uint32_t v = _imm.front();
         _imm.pop_front();

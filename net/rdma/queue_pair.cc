@@ -302,16 +302,8 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             return;
         }
         ++_stats.immediates_received;
-        uint32_t v = ntohl(wc.imm_data);
         ++_unconsumed;
-        if (_imm_waiter) {
-            auto pr = std::move(*_imm_waiter);
-            _imm_waiter.reset();
-            consumed(1);
-            pr.set_value(v);
-        } else {
-            _imm.push_back(v);
-        }
+        deliver_immediate(ntohl(wc.imm_data));
         return; // the buffer was not used: it is reposted
     }
     if (wc.opcode != IBV_WC_RECV || !(wc.wc_flags & IBV_WC_WITH_IMM)) {
@@ -418,7 +410,7 @@ bool connection_impl::retry_credits() noexcept {
         need_post();
     }
     _tx_starved = false;
-    if (!_tx.empty()) {
+    if (!tx_empty()) {
         transmit(); // sets _tx_starved again when the pool is still dry
     }
     if (got < want || _tx_starved) {

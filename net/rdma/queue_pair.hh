@@ -11,11 +11,13 @@
 #include "net/socket_address.hh"
 #include "net/temporary_buffer.hh"
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <infiniband/verbs.h>
@@ -33,6 +35,7 @@ struct connection_stats {
     uint64_t inline_sends = 0;        ///< of which inline
     uint64_t zero_copy_sends = 0;     ///< sent from the caller's registered memory
     uint64_t copied_sends = 0;        ///< copied into a pool buffer (coalescing small writes)
+    uint64_t gathered_sends = 0;      ///< sent from several pieces in one SEND (scatter-gather)
     uint64_t messages_received = 0;   ///< stream messages received
     uint64_t bytes_received = 0;      ///< stream payload bytes received
     uint64_t ctrl_sent = 0;           ///< credit-only messages sent
@@ -66,6 +69,37 @@ private:
     connection_impl* _impl;
 };
 
+/// Channels of tagged immediates per connection: the tag is the immediate's top 4 bits.
+inline constexpr unsigned immediate_tags = 16;
+/// Bits of a tagged immediate's value.
+inline constexpr unsigned immediate_value_bits = 28;
+/// Why `next_immediate` fails once channels are open.
+inline constexpr const char* tagged_immediates_error =
+    "connection::next_immediate(): this connection's immediates are tagged (connection::immediates(tag) "
+    "was opened); read them from their channels";
+
+/// Most scatter-gather entries a send of a connection uses (clamped to the device's limit):
+/// a message's pieces (e.g. a header and a payload) leave in one SEND without being joined.
+inline constexpr unsigned max_send_gather = 4;
+
+/// The caller's buffers a send reads in place, one per scatter-gather entry; released when
+/// the send completed (or, inline, once it is posted).
+struct held_buffers {
+    std::array<net::temporary_buffer, max_send_gather> bufs;
+    unsigned count = 0;
+    /// Keeps `b` until the send is done.
+    void hold(net::temporary_buffer b) noexcept { bufs[count++] = std::move(b); }
+    /// Drops every buffer held.
+    void reset() noexcept {
+        for (unsigned i = 0; i < count; ++i) {
+            bufs[i].reset();
+        }
+        count = 0;
+    }
+    /// True when it holds a buffer.
+    explicit operator bool() const noexcept { return count != 0; }
+};
+
 /// One send work request and what it holds until it completes. Its address is the request's
 /// wr_id; a signaled completion retires it and every unsignaled request posted before it.
 struct send_slot final : completion_handler {
@@ -75,11 +109,12 @@ struct send_slot final : completion_handler {
     op kind = op::free;
     bool signaled = false;
     ibv_send_wr wr{};
-    ibv_sge sge{};
-    buffer copy;                // pool copy of stream bytes
-    net::temporary_buffer held; // caller memory sent in place
-    promise<> done;             // READ / WRITE / WRITE_WITH_IMM
-    promise<uint64_t> value;    // atomics: the previous value
+    std::array<ibv_sge, max_send_gather> sges{};
+    ibv_sge& sge = sges[0];  // the first entry (the only one of one-sided operations)
+    buffer copy;             // pool copy of stream bytes
+    held_buffers held;       // caller memory sent in place
+    promise<> done;          // READ / WRITE / WRITE_WITH_IMM
+    promise<uint64_t> value; // atomics: the previous value
     /// Passes the completion to the connection, which retires this slot and the ones before it.
     void complete(const ibv_wc& wc) noexcept override;
 };
@@ -172,12 +207,27 @@ public:
     /// See `rdma::connection::next_immediate`; one waiter at a time.
     future<uint32_t> next_immediate();
 
+    // --- tagged immediates (immediates.cc)
+    /// Opens the channel of immediates tagged `tag` (see `rdma::immediate_channel`); the first
+    /// one makes every immediate of the connection tagged. Throws on a bad or open tag.
+    void open_tag(unsigned tag);
+    /// Closes channel `tag`: its unread values are dropped (their credits return).
+    void close_tag(unsigned tag) noexcept;
+    /// The next value the peer sent on channel `tag`; one waiter per channel.
+    future<uint32_t> next_tagged(unsigned tag);
+    /// Fails every channel's pending `next` (the connection broke).
+    void fail_tag_waiters(std::exception_ptr ex) noexcept;
+
     // --- stream (stream.cc)
     /// The next received message; empty at end of stream. One read at a time.
     future<net::temporary_buffer> stream_get();
     /// Queues bytes to send as credits allow; waits while more than `send_buffer_limit` are
     /// queued.
     future<> stream_put(net::temporary_buffer buf);
+    /// Queues several buffers, then sends (so they can share one SEND).
+    future<> stream_put_many(std::span<net::temporary_buffer> bufs);
+    /// Memory for output_stream to gather into: a pool buffer when the pool can spare one.
+    net::temporary_buffer stream_allocate(size_t size);
     /// Resolves at once, unless the connection failed with bytes still queued.
     future<> stream_flush();
     /// Sends end of stream after the queued bytes; resolves when that send completed.
@@ -189,6 +239,11 @@ public:
     /// Largest message this side sends: the peer's receive size, capped by the pool's largest
     /// buffer.
     size_t stream_piece_size() const noexcept;
+
+    // --- messages (message.cc): the same SEND/RECV path with one SEND per message
+    /// Queues `parts` (1 to `stream_piece_size()` bytes in all, checked by the caller) as one
+    /// message; waits like `stream_put`.
+    future<> message_put(std::span<net::temporary_buffer> parts, size_t size);
 
 private:
     friend struct send_slot;
@@ -265,9 +320,17 @@ private:
                                         uint64_t desired);
 
     // stream helpers (stream.cc)
+    /// Nothing queued to send (stream bytes or messages).
+    bool tx_empty() const noexcept { return _tx.empty() && _msgs.empty(); }
     void transmit() noexcept;
+    /// The pool had no memory for queued output: retried on every poll until it has.
+    void starve_tx() noexcept;
+    /// Posts the first queued message as one SEND; false when the pool is dry (retried).
+    bool build_message() noexcept;
     bool build_data_message() noexcept;
     void deliver_rx(net::temporary_buffer buf) noexcept;
+    /// A WRITE_WITH_IMM's immediate arrived: to `next_immediate`, or to its tag's channel.
+    void deliver_immediate(uint32_t imm) noexcept;
     void fail_stream_waiters() noexcept;
 
     shard_context* _ctx;
@@ -311,6 +374,7 @@ private:
     uint64_t _tail = 0;
     unsigned _unsignaled_run = 0;
     uint32_t _max_inline = 0;
+    uint32_t _max_sge = 1; // scatter-gather entries per send (≤ max_send_gather, the device's)
     /// One-sided operations waiting for their turn, in call order.
     struct space_waiter {
         promise<> pr;
@@ -341,6 +405,13 @@ private:
 
     // stream send side
     std::deque<net::temporary_buffer> _tx;
+    /// One message of the message API: its parts leave in one SEND.
+    struct queued_message {
+        std::array<net::temporary_buffer, max_send_gather> parts;
+        unsigned count = 0;
+        size_t size = 0;
+    };
+    std::deque<queued_message> _msgs; // used instead of _tx once messages() was taken
     size_t _tx_bytes = 0;
     std::deque<promise<>> _put_waiters;
     bool _fin_requested = false;
@@ -352,6 +423,13 @@ private:
     // WRITE_WITH_IMM events
     std::deque<uint32_t> _imm;
     std::optional<promise<uint32_t>> _imm_waiter;
+    /// Per-tag channels of immediates (allocated when the first channel opens).
+    struct tag_channel {
+        std::deque<uint32_t> values;
+        std::optional<promise<uint32_t>> waiter;
+        bool open = false;
+    };
+    std::unique_ptr<std::array<tag_channel, immediate_tags>> _tags;
 
     friend class acceptor;
     friend class stream_source;

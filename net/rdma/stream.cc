@@ -97,11 +97,48 @@ future<> connection_impl::stream_put(net::temporary_buffer buf) {
     return _put_waiters.back().get_future();
 }
 
+future<> connection_impl::stream_put_many(std::span<net::temporary_buffer> bufs) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    if (_fin_requested) {
+        return make_exception_future<>(std::logic_error("RDMA stream: write after close"));
+    }
+    // All queued before transmitting, so the pieces can leave together (one SEND, one entry
+    // each) instead of the first one alone.
+    for (auto& b : bufs) {
+        if (!b.empty()) {
+            _tx_bytes += b.size();
+            _tx.push_back(std::move(b));
+        } else {
+            b.reset();
+        }
+    }
+    transmit();
+    if (_tx_bytes <= _opts.send_buffer_limit) {
+        return make_ready_future<>();
+    }
+    _put_waiters.emplace_back();
+    return _put_waiters.back().get_future();
+}
+
+net::temporary_buffer connection_impl::stream_allocate(size_t size) {
+    if (_ctx && !_resources_gone) {
+        // Optional: above the pool's high watermark the memory is left to receives, and the
+        // stream gathers on the heap (its bytes are then copied into the pool when sent).
+        if (buffer b = _ctx->pool().try_allocate(size, true)) {
+            return std::move(b).into_temporary_buffer(size);
+        }
+    }
+    return net::temporary_buffer(size);
+}
+
 future<> connection_impl::stream_flush() {
     // What was put is the transport's now: queued bytes leave as credits allow (bounded by
     // send_buffer_limit through `put`), like bytes in a kernel socket buffer. Not waiting here
     // is what lets small writes that meet a full send window coalesce into one message.
-    if (_tx.empty() || usable()) {
+    if (tx_empty() || usable()) {
         return make_ready_future<>();
     }
     return make_exception_future<>(_error ? _error : closed_error());
@@ -113,7 +150,7 @@ future<> connection_impl::stream_close_output() {
     }
     if (!usable()) {
         // The peer ended its side and left: nothing of ours is lost by not telling it we end.
-        if (_peer_fin && _tx.empty()) {
+        if (_peer_fin && tx_empty()) {
             return make_ready_future<>();
         }
         return make_exception_future<>(_error ? _error : closed_error());
@@ -159,6 +196,7 @@ void connection_impl::fail_stream_waiters() noexcept {
         _imm_waiter.reset();
         pr.set_exception(ex);
     }
+    fail_tag_waiters(ex);
     for (auto& w : _put_waiters) {
         w.set_exception(ex);
     }
@@ -179,7 +217,7 @@ void connection_impl::transmit() noexcept {
         return;
     }
     bool stalled = false;
-    while (!_tx.empty()) {
+    while (!tx_empty()) {
         if (free_credits() == 0) {
             if (!internal::inject(fault::ignore_credits)) {
                 stalled = true;
@@ -187,14 +225,14 @@ void connection_impl::transmit() noexcept {
             }
             ++_send_credits; // a hostile peer's send: the credit it takes was never granted
         }
-        if (free_slots() <= 1 || !build_data_message()) {
+        if (free_slots() <= 1 || !(_msgs.empty() ? build_data_message() : build_message())) {
             break;
         }
     }
     if (stalled) {
         ++_stats.credit_stalls;
     }
-    if (_tx.empty() && _fin_requested && !_fin_posted && free_credits() > 0 && free_slots() > 1) {
+    if (tx_empty() && _fin_requested && !_fin_posted && free_credits() > 0 && free_slots() > 1) {
         send_slot& s = next_slot();
         s.kind = send_slot::op::fin;
         s.signaled = true;
@@ -216,62 +254,95 @@ void connection_impl::transmit() noexcept {
 
 bool connection_impl::build_data_message() noexcept {
     const size_t limit = stream_piece_size();
-    net::temporary_buffer& front = _tx.front();
     memory_pool& pool = _ctx->pool();
+    // The candidate message: up to _max_sge pieces from the front of the queue, at most `limit`
+    // bytes (the peer's receive size: a bigger message would break its QP).
+    std::array<uint32_t, max_send_gather> lkeys{};
+    unsigned k = 0;
+    unsigned registered = 0; // leading pieces in registered memory
+    size_t n = 0;
+    size_t registered_bytes = 0;
+    for (auto it = _tx.begin(); it != _tx.end() && k < _max_sge && n < limit; ++it, ++k) {
+        size_t take = std::min(it->size(), limit - n);
+        if (registered == k) {
+            if (auto l = pool.lkey_of(it->get(), take)) {
+                lkeys[k] = *l;
+                ++registered;
+                registered_bytes += take;
+            }
+        }
+        n += take;
+    }
+    // `complete`: the pieces are all that is queued, or a full message. Otherwise (many small
+    // pieces backed up behind a full send window) they are coalesced into one pool buffer.
+    const bool complete = n == _tx_bytes || n >= limit;
     send_slot& s = next_slot();
     s.kind = send_slot::op::stream;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
-    size_t n = 0;
-    std::optional<uint32_t> lkey;
-    if (front.size() > _max_inline && (lkey = pool.lkey_of(front.get(), std::min(front.size(), limit)))) {
-        // Registered memory (e.g. a received buffer echoed back): sent in place.
-        n = std::min(front.size(), limit);
-        s.held = front.share(0, n);
-        front.trim_front(n);
-        if (front.empty()) {
-            _tx.pop_front();
-        }
-        s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.held.get()), uint32_t(n), *lkey};
-        ++_stats.zero_copy_sends;
-    } else if (front.size() <= _max_inline &&
-               (front.size() >= limit || _tx.size() == 1 || front.size() + _tx[1].size() > _max_inline)) {
-        // Small: inline, straight from the caller's memory (copied by the post itself), in
-        // pieces of at most the peer's receive size (a bigger message would break its QP).
-        n = std::min(front.size(), limit);
-        if (n == front.size()) {
-            s.held = std::move(front);
-            _tx.pop_front();
-        } else {
-            s.held = front.share(0, n);
-            front.trim_front(n);
-        }
-        s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.held.get()), uint32_t(n), 0};
+    unsigned take_pieces = 0;
+    if (n <= _max_inline && complete) {
+        // Small: inline, straight from the caller's memory (the post copies it).
+        take_pieces = k;
         s.wr.send_flags |= IBV_SEND_INLINE;
         ++_stats.inline_sends;
+    } else if (registered == k && complete) {
+        // Registered memory (gathered by output_stream into the pool, or a received buffer
+        // echoed back): sent in place, every piece its own scatter-gather entry.
+        take_pieces = k;
+        ++_stats.zero_copy_sends;
+    } else if (registered > 0 && registered_bytes > _max_inline) {
+        // The registered pieces in front go alone, in place.
+        take_pieces = registered;
+        ++_stats.zero_copy_sends;
+    } else if (_tx.front().size() <= _max_inline && _tx.size() > 1 &&
+               _tx.front().size() + _tx[1].size() > _max_inline) {
+        // A small piece that shares no inline message with the next one: inline, alone.
+        take_pieces = 1;
+        lkeys[0] = 0;
+        s.wr.send_flags |= IBV_SEND_INLINE;
+        ++_stats.inline_sends;
+    }
+    if (take_pieces > 0) {
+        n = 0;
+        for (unsigned i = 0; i < take_pieces; ++i) {
+            net::temporary_buffer& front = _tx.front();
+            size_t m = std::min(front.size(), limit - n);
+            s.sges[i] = ibv_sge{reinterpret_cast<uintptr_t>(front.get()), uint32_t(m),
+                                (s.wr.send_flags & IBV_SEND_INLINE) ? 0 : lkeys[i]};
+            if (m == front.size()) {
+                s.held.hold(std::move(front));
+                _tx.pop_front();
+            } else {
+                s.held.hold(front.share(0, m));
+                front.trim_front(m);
+            }
+            n += m;
+        }
+        s.wr.num_sge = int(take_pieces);
+        if (take_pieces > 1) {
+            ++_stats.gathered_sends;
+        }
     } else {
-        // Copied into a pool buffer: one piece of a large write, or small writes coalesced.
+        // Copied into a pool buffer: small pieces coalesced, or memory that is not registered.
         n = std::min(_tx_bytes, limit);
         s.copy = pool.try_allocate(n);
         if (!s.copy) {
-            _tx_starved = true;
-            if (!_starved) {
-                _starved = true;
-                _ctx->mark_starved(this); // retried when memory comes back
-            }
+            starve_tx();
             return false;
         }
         size_t off = 0;
         while (off < n) {
             net::temporary_buffer& b = _tx.front();
-            size_t k = std::min(b.size(), n - off);
-            std::memcpy(s.copy.data() + off, b.get(), k);
-            off += k;
-            if (k == b.size()) {
+            size_t m = std::min(b.size(), n - off);
+            std::memcpy(s.copy.data() + off, b.get(), m);
+            off += m;
+            if (m == b.size()) {
                 _tx.pop_front();
             } else {
-                b.trim_front(k);
+                b.trim_front(m);
             }
         }
+        net::internal::count_copy(n);
         s.sge = ibv_sge{reinterpret_cast<uintptr_t>(s.copy.data()), uint32_t(n), s.copy.lkey()};
         if (n <= _max_inline) {
             s.wr.send_flags |= IBV_SEND_INLINE;
@@ -290,6 +361,14 @@ bool connection_impl::build_data_message() noexcept {
         post_pending();
     }
     return true;
+}
+
+void connection_impl::starve_tx() noexcept {
+    _tx_starved = true;
+    if (!_starved) {
+        _starved = true;
+        _ctx->mark_starved(this); // retried when memory comes back
+    }
 }
 
 // --- stream objects
@@ -316,6 +395,14 @@ future<> stream_source::close() {
 
 future<> stream_sink::put(net::temporary_buffer buf) {
     return _ref->impl().stream_put(std::move(buf));
+}
+
+future<> stream_sink::put_many(std::span<net::temporary_buffer> bufs) {
+    return _ref->impl().stream_put_many(bufs);
+}
+
+net::temporary_buffer stream_sink::allocate_buffer(size_t size) {
+    return _ref->impl().stream_allocate(size);
 }
 
 future<> stream_sink::flush() {
@@ -378,7 +465,8 @@ future<net::accept_result> stream_server_socket::accept() {
 net::connected_socket connection::socket() {
     auto& c = impl();
     if (c._stream_taken) {
-        throw std::logic_error("connection::socket(): the stream of this connection was already taken");
+        throw std::logic_error("connection::socket(): the SEND/RECV path of this connection was already "
+                               "taken (socket() or messages())");
     }
     c._stream_taken = true;
     return net::connected_socket(std::make_shared<internal::stream_socket>(_ref));

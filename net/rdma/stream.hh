@@ -26,12 +26,20 @@ private:
 };
 
 /// Sends bytes as messages of at most the peer's receive size, within the peer's credits.
+/// Registered memory is sent in place; other memory is sent inline when small, else copied
+/// into the pool.
 class stream_sink final : public net::data_sink_impl {
 public:
     /// Writes to the connection held by `ref`.
     explicit stream_sink(std::shared_ptr<connection_ref> ref) noexcept
         : _ref(std::move(ref)) {}
     future<> put(net::temporary_buffer buf) override;
+    /// Queues every buffer before sending, so a header and a payload leave in one SEND (one
+    /// scatter-gather entry each) when they fit the peer's receive size.
+    future<> put_many(std::span<net::temporary_buffer> bufs) override;
+    /// A buffer of the shard's registered pool (heap memory when the pool is above its high
+    /// watermark or dry): what output_stream gathers into is sent in place, without a copy.
+    net::temporary_buffer allocate_buffer(size_t size) override;
     future<> flush() override;
     future<> close() override;
     size_t buffer_size_hint() const noexcept override;

@@ -109,4 +109,19 @@ inline rlim_t raise_nofile(rlim_t n) {
     return rl.rlim_cur;
 }
 
+/// A connected pair over 127.0.0.1: the connecting side and the accepted one.
+struct loopback {
+    connected_socket client;
+    connected_socket server;
+};
+
+/// Listens on an ephemeral loopback port, connects to it and accepts.
+inline future<loopback> connect_loopback() {
+    auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
+    auto accepted = ss.accept();
+    connected_socket c = co_await tcp::connect(ss.local_address());
+    accept_result ar = co_await std::move(accepted);
+    co_return loopback{std::move(c), std::move(ar.connection)};
+}
+
 } // namespace shoal::tcp_test

@@ -79,20 +79,6 @@ future<std::string> read_n(input_stream& in, size_t n) {
     co_return got;
 }
 
-/// A loopback connection: the client's output and the server's input.
-struct loopback {
-    connected_socket client;
-    connected_socket server;
-};
-
-future<loopback> connect_loopback() {
-    auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
-    auto accepted = ss.accept();
-    connected_socket c = co_await tcp::connect(ss.local_address());
-    accept_result ar = co_await std::move(accepted);
-    co_return loopback{std::move(c), std::move(ar.connection)};
-}
-
 future<> small_messages_cost_one_copy() {
     constexpr int messages = 200;
     constexpr size_t size = 128;

@@ -1,0 +1,116 @@
+// The message API over TCP (net/message.hh): length-prefixed frames keep message boundaries
+// across any split of the byte stream; oversized, empty, truncated frames are clean errors.
+#include "test_util.hh"
+
+#include "core/future_util.hh"
+#include "net/message.hh"
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+using namespace shoal;
+using namespace shoal::net;
+using namespace shoal::tcp_test;
+
+TEST(Messages, FramesOverTcpKeepBoundariesAndParts) {
+    int rc = run([]() -> future<> {
+        loopback p = co_await connect_loopback();
+        message_connection a = framed_messages(std::move(p.client), 1 << 20);
+        message_connection b = framed_messages(std::move(p.server), 1 << 20);
+        EXPECT_EQ(a.max_message_size(), size_t(1) << 20);
+        // Many messages in flight, 1 B to 1 MiB, in 1 to 9 parts: each arrives whole and alone.
+        std::vector<size_t> sizes;
+        for (unsigned i = 0; i < 300; ++i) {
+            sizes.push_back(1 + (size_t(i) * 7919) % 5000);
+        }
+        sizes.push_back(1 << 20);
+        sizes.push_back(65537);
+        auto sender = [&]() -> future<> {
+            for (size_t i = 0; i < sizes.size(); ++i) {
+                temporary_buffer whole = make_pattern(sizes[i], unsigned(i));
+                unsigned nparts = 1 + unsigned(i % 9);
+                std::vector<temporary_buffer> parts;
+                size_t off = 0;
+                for (unsigned k = 0; k < nparts && off < whole.size(); ++k) {
+                    size_t len =
+                        k + 1 == nparts ? whole.size() - off : std::max<size_t>(1, whole.size() / nparts);
+                    len = std::min(len, whole.size() - off);
+                    parts.push_back(whole.share(off, len));
+                    off += len;
+                }
+                if (off < whole.size()) {
+                    parts.push_back(whole.share(off, whole.size() - off));
+                }
+                co_await a.send(std::span<temporary_buffer>(parts));
+            }
+            co_await a.close();
+        };
+        auto sent = sender();
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            std::optional<temporary_buffer> m = co_await b.receive();
+            EXPECT_TRUE(m) << "message " << i;
+            if (!m) {
+                break;
+            }
+            temporary_buffer want = make_pattern(sizes[i], unsigned(i));
+            EXPECT_EQ(m->size(), sizes[i]) << "message " << i;
+            EXPECT_TRUE(m->view() == want.view()) << "message " << i;
+        }
+        co_await std::move(sent);
+        std::optional<temporary_buffer> end = co_await b.receive();
+        EXPECT_FALSE(end) << "no end after close";
+        co_await b.close();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(Messages, BadSizesAreCleanErrors) {
+    int rc = run([]() -> future<> {
+        loopback p = co_await connect_loopback();
+        message_connection a = framed_messages(std::move(p.client), 1000);
+        connected_socket raw = std::move(p.server);
+        input_stream raw_in = raw.input();
+        output_stream raw_out = raw.output();
+        // Refused before sending: nothing reaches the peer, the connection goes on.
+        bool too_big = false;
+        try {
+            co_await a.send(temporary_buffer(1001));
+        } catch (const std::invalid_argument& e) {
+            too_big = std::string(e.what()).find("1001") != std::string::npos;
+        }
+        EXPECT_TRUE(too_big);
+        EXPECT_THROW(co_await a.send(temporary_buffer()), std::invalid_argument);
+        co_await a.send(temporary_buffer::copy_of("ok"));
+        temporary_buffer frame = co_await raw_in.read_exactly(6);
+        EXPECT_EQ(frame.view(), std::string_view("\x02\0\0\0ok", 6))
+            << "4-byte little-endian length, then the bytes";
+        // A frame announcing more than the receiver's limit: an error naming both sizes.
+        co_await raw_out.write(std::string_view("\xe9\x03\0\0", 4)); // 1001
+        co_await raw_out.flush();
+        std::string what;
+        try {
+            (void)co_await a.receive();
+        } catch (const std::runtime_error& e) {
+            what = e.what();
+        }
+        EXPECT_NE(what.find("1001"), std::string::npos) << what;
+        EXPECT_NE(what.find("1000"), std::string::npos) << what;
+        EXPECT_THROW(framed_messages(connected_socket(), 0), std::invalid_argument);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(Messages, AStreamEndingInsideAFrameIsUnexpectedEof) {
+    int rc = run([]() -> future<> {
+        loopback p = co_await connect_loopback();
+        message_connection a = framed_messages(std::move(p.client));
+        output_stream raw_out = p.server.output();
+        co_await raw_out.write(std::string_view("\x10\0\0\0short", 9)); // announces 16, sends 5
+        co_await raw_out.close();
+        EXPECT_THROW((void)co_await a.receive(), unexpected_eof);
+    });
+    EXPECT_EQ(rc, 0);
+}
