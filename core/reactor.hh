@@ -3,6 +3,7 @@
 #include "core/clock.hh"
 #include "core/future.hh"
 #include "core/scheduling.hh"
+#include "core/small_pool.hh"
 #include "core/task.hh"
 
 #include <atomic>
@@ -106,7 +107,7 @@ public:
     io_uring_sqe* get_sqe();
 
     /// Prepares an SQE with `prep(sqe)` and returns the CQE's result (a negative errno on
-    /// failure) as a future. One allocation per call.
+    /// failure) as a future. One allocation per call (from the shard's small-object pool).
     template <typename Prep>
     future<int> submit_io(Prep&& prep);
 
@@ -193,6 +194,7 @@ void set_local_reactor(reactor* r) noexcept;
 /// An io_uring completion that resolves a promise<int> and deletes itself.
 class promise_completion final : public io_completion {
 public:
+    SHOAL_SMALL_POOL_ALLOCATED
     void complete(int result, uint32_t) noexcept override {
         _pr.set_value(result);
         delete this;
