@@ -1,11 +1,13 @@
 // shoal-bench-core: the cost of core's building blocks in nanoseconds per operation.
 //
 //   shoal-bench-core [--smp 2] [--cpuset 0,1] [--poll-mode] [--min-time-ms 200]
-//                    [--repetitions 5] [--filter SUBSTRING] [--json]
+//                    [--repetitions 5] [--filter SUBSTRING] [--json] [--iterations N]
 //
 // Every benchmark runs on shard 0 (submit_to goes to shard 1). The iteration count of each is
 // grown until one run lasts --min-time-ms; then --repetitions runs are timed and the median,
-// min and max ns/op reported, as a table or, with --json, as JSON on stdout.
+// min and max ns/op reported, as a table or, with --json, as JSON on stdout. --iterations fixes
+// the count instead (for instruction counts under valgrind: run twice with different counts and
+// divide the difference).
 #include "core/abort_source.hh"
 #include "core/app.hh"
 #include "core/foreign_ptr.hh"
@@ -174,6 +176,36 @@ future<> submit_to_pipelined(uint64_t n) {
     keep(sum);
 }
 
+future<> io_nop(uint64_t n) {
+    // One io_uring NOP at a time: queue the SQE, the loop's kernel entry submits it (it completes
+    // inline), the CQE resolves the promise, the coroutine resumes.
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        auto prep = [](io_uring_sqe* sqe) { io_uring_prep_nop(sqe); };
+        sum += uint64_t(co_await local_reactor().submit_io(prep));
+    }
+    keep(sum);
+}
+
+future<> io_timeouts_x8(uint64_t n) {
+    // Eight chains of zero-length io_uring timeouts: completions arrive from the kernel's timer
+    // while other chains have SQEs waiting, so a loop both submits and reaps. With
+    // DEFER_TASKRUN that is one io_uring_enter; without it, often two (compare with
+    // --no-defer-taskrun).
+    auto chain = [](uint64_t count) -> future<> {
+        for (uint64_t i = 0; i < count; ++i) {
+            __kernel_timespec ts{0, 0};
+            auto prep = [&ts](io_uring_sqe* sqe) { io_uring_prep_timeout(sqe, &ts, 0, 0); };
+            keep(co_await local_reactor().submit_io(prep));
+        }
+    };
+    std::vector<future<>> chains;
+    for (uint64_t c = 0; c < 8; ++c) {
+        chains.push_back(chain(n / 8 + (c < n % 8 ? 1 : 0)));
+    }
+    co_await when_all_succeed(std::move(chains));
+}
+
 future<> timer_arm_fire(uint64_t n) {
     // One timer re-armed for "now": it expires at the reactor's next timer poll.
     promise<> current;
@@ -292,6 +324,8 @@ std::vector<benchmark> all_benchmarks() {
         {"submit_to_roundtrip", "submit_to(1, fn) round trip, one call at a time", submit_to_roundtrip, true},
         {"submit_to_pipelined", "submit_to(1, fn) with 64 calls in flight (per call)", submit_to_pipelined,
          true},
+        {"io_nop", "io_uring NOP submitted and completed through the reactor loop, one at a time", io_nop},
+        {"io_timeouts_x8", "io_uring zero timeouts, 8 chains in flight (per timeout)", io_timeouts_x8},
         {"timer_arm_fire", "timer<> armed for now, fired by the reactor, coroutine resumed", timer_arm_fire},
         {"sleep_zero", "sleep(0): allocate a timer, fire it, resume", sleep_zero},
         {"need_preempt", "need_preempt() check in a loop", need_preempt_check},
@@ -309,9 +343,13 @@ std::vector<benchmark> all_benchmarks() {
 
 // --- the harness ----------------------------------------------------------------------------
 
+/// Whether shard 0's ring ran with DEFER_TASKRUN (recorded during the run, printed after).
+bool g_defers_taskrun = false;
+
 struct settings {
     std::chrono::milliseconds min_time{200};
     unsigned repetitions = 5;
+    uint64_t iterations = 0; // fixed count per run; 0: grown to min_time
     std::string filter;
 };
 
@@ -331,7 +369,10 @@ future<result> measure(const benchmark& b, const settings& s) {
     const double target = double(std::chrono::duration_cast<std::chrono::nanoseconds>(s.min_time).count());
     uint64_t n = 1000;
     co_await time_run(b.run, n); // warm up
-    for (;;) {
+    if (s.iterations) {
+        n = s.iterations;
+    }
+    while (!s.iterations) {
         double ns = co_await time_run(b.run, n);
         if (ns >= target || n >= (uint64_t(1) << 40)) {
             break;
@@ -381,8 +422,9 @@ std::string json_escape(const std::string& s) {
 }
 
 void print_table(const std::vector<result>& results, const smp_options& opts, const settings& s) {
-    fmt::print("shoal-bench-core: {} shard(s), {} mode, {} ms per run, median of {} runs\n", opts.smp,
-               opts.reactor.poll_mode ? "poll" : "default (idle sleep)", s.min_time.count(), s.repetitions);
+    fmt::print("shoal-bench-core: {} shard(s), {} mode, {} ms per run, median of {} runs, io_uring {}\n",
+               opts.smp, opts.reactor.poll_mode ? "poll" : "default (idle sleep)", s.min_time.count(),
+               s.repetitions, g_defers_taskrun ? "DEFER_TASKRUN" : "COOP_TASKRUN (fallback)");
     fmt::print("cpu: {} x{}, {}\n\n", cpu_model(), ::sysconf(_SC_NPROCESSORS_ONLN), kernel());
     fmt::print("{:<22} {:>10} {:>10} {:>10} {:>12}  {}\n", "benchmark", "ns/op", "min", "max", "iterations",
                "what");
@@ -403,9 +445,9 @@ void print_json(const std::vector<result>& results, const smp_options& opts, con
     fmt::print("  \"machine\": {{\"cpu\": \"{}\", \"cpus_online\": {}, \"kernel\": \"{}\"}},\n",
                json_escape(cpu_model()), ::sysconf(_SC_NPROCESSORS_ONLN), json_escape(kernel()));
     fmt::print("  \"options\": {{\"smp\": {}, \"poll_mode\": {}, \"idle_poll_us\": {}, \"min_time_ms\": {}, "
-               "\"repetitions\": {}}},\n",
+               "\"repetitions\": {}, \"defer_taskrun\": {}}},\n",
                opts.smp, opts.reactor.poll_mode ? "true" : "false", opts.reactor.idle_poll.count(),
-               s.min_time.count(), s.repetitions);
+               s.min_time.count(), s.repetitions, g_defers_taskrun ? "true" : "false");
     fmt::print("  \"unit\": \"ns/op\",\n");
     fmt::print("  \"results\": [\n");
     for (size_t i = 0; i < results.size(); ++i) {
@@ -431,12 +473,14 @@ int main(int argc, char** argv) {
     a.add_option("repetitions", "timed runs per benchmark (the median is reported)", "5");
     a.add_option("filter", "only benchmarks whose name contains this");
     a.add_flag("json", "print JSON instead of the table");
+    a.add_option("iterations", "fixed iterations per timed run (0: grow to --min-time-ms)", "0");
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
     settings s;
     s.min_time = std::chrono::milliseconds(a.get_size("min-time-ms"));
     s.repetitions = std::max<unsigned>(1, unsigned(a.get_size("repetitions")));
+    s.iterations = a.get_size("iterations");
     s.filter = a.get("filter");
     bool json = a.has("json");
     smp_options opts = a.engine_options();
@@ -445,6 +489,7 @@ int main(int argc, char** argv) {
     int rc = 0;
     try {
         rc = run_shards(opts, [&]() -> future<int> {
+            g_defers_taskrun = local_reactor().defers_taskrun();
             for (const auto& b : all_benchmarks()) {
                 if (!s.filter.empty() && b.name.find(s.filter) == std::string::npos) {
                     continue;

@@ -108,6 +108,8 @@ app::app(std::string name, std::string description)
     add_option("log-level", "error, warn, info, debug or trace", "info");
     add_option("logger-log-level", "per-logger levels, e.g. reactor=debug,tcp=trace");
     add_flag("no-pin", "do not pin shards to CPUs");
+    add_flag("no-defer-taskrun",
+             "do not ask io_uring for DEFER_TASKRUN: use COOP_TASKRUN, as on kernels before 6.1");
     add_flag("help", "show this help");
 }
 
@@ -219,6 +221,7 @@ void app::apply_common() {
     _smp.pin = !has("no-pin");
     _smp.handle_signals = true;
     _smp.reactor.poll_mode = has("poll-mode");
+    _smp.reactor.defer_taskrun = !has("no-defer-taskrun");
     _smp.reactor.idle_poll = std::chrono::microseconds(parse_size(get("idle-poll-us")));
     _smp.reactor.task_quota = unsigned(parse_size(get("task-quota")));
     if (_smp.reactor.task_quota == 0) {

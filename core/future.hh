@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/preempt.hh"
+#include "core/small_pool.hh"
 #include "core/task.hh"
 
 #include <cassert>
@@ -407,11 +408,13 @@ private:
 namespace internal {
 
 /// A continuation waiting for a `T` and producing a `U`: the one heap object a pending `then`
-/// costs. It holds the incoming state, the promise of the result and the body to run; it is the
-/// task the feeding promise schedules.
+/// costs (taken from the shard's `small_pool` when it is small, as it usually is). It holds the
+/// incoming state, the promise of the result and the body to run; it is the task the feeding
+/// promise schedules.
 template <typename T, typename U, typename Body>
 class continuation final : public task {
 public:
+    SHOAL_SMALL_POOL_ALLOCATED
     explicit continuation(Body&& body)
         : _body(std::move(body)) {}
     void run_and_dispose() noexcept override {

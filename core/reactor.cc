@@ -28,12 +28,31 @@ logger reactor_log("reactor");
 
 /// Flags tried in order until the kernel accepts one set: completions are only run when the
 /// shard enters the kernel (no interrupts of the reactor thread), and only one thread submits.
+/// The first set (DEFER_TASKRUN, kernel >= 6.1) is tried only when the configuration asks for it.
+const unsigned defer_taskrun_flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                                     IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SUBMIT_ALL;
 const unsigned ring_flag_sets[] = {
+    defer_taskrun_flags,
     IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG |
         IORING_SETUP_SUBMIT_ALL,
     IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
     0,
 };
+
+/// Accounts for one io_uring_enter that returned `rc` (SQEs submitted, or -errno) from `call`;
+/// returns whether it submitted anything.
+bool account_enter(int rc, const char* call, reactor_stats& stats, uint64_t& in_flight) noexcept {
+    ++stats.io_enter_calls;
+    if (rc < 0) {
+        if (rc != -EAGAIN && rc != -EBUSY && rc != -EINTR) {
+            reactor_log.error("{} failed: {}", call, std::strerror(-rc));
+        }
+        return false;
+    }
+    stats.io_submitted += unsigned(rc);
+    in_flight += unsigned(rc);
+    return rc > 0;
+}
 } // namespace
 
 reactor& local_reactor() noexcept {
@@ -96,13 +115,21 @@ reactor::reactor(unsigned shard_id, const reactor_config& cfg)
     , _cfg(cfg) {
     int rc = -EINVAL;
     for (unsigned flags : ring_flag_sets) {
+        if (flags == defer_taskrun_flags && !_cfg.defer_taskrun) {
+            continue;
+        }
         io_uring_params p{};
         p.flags = flags | IORING_SETUP_CQSIZE;
         p.cq_entries = _cfg.ring_entries * 4;
         rc = io_uring_queue_init_params(_cfg.ring_entries, &_ring, &p);
         if (rc != -EINVAL) {
+            _defer_taskrun = rc == 0 && flags == defer_taskrun_flags;
             break;
         }
+    }
+    if (rc == 0 && _cfg.defer_taskrun && !_defer_taskrun && shard_id == 0) {
+        reactor_log.info("io_uring: the kernel refused IORING_SETUP_DEFER_TASKRUN; using COOP_TASKRUN "
+                         "(two kernel entries per busy loop instead of one)");
     }
     if (rc < 0) {
         throw std::system_error(-rc, std::system_category(), "io_uring_queue_init");
@@ -144,23 +171,23 @@ bool reactor::submit_pending() {
     if (ready == 0) {
         return false;
     }
-    int rc = io_uring_submit(&_ring);
-    ++_stats.io_enter_calls;
-    if (rc < 0) {
-        if (rc != -EAGAIN && rc != -EBUSY && rc != -EINTR) {
-            reactor_log.error("io_uring_submit failed: {}", std::strerror(-rc));
-        }
-        return false;
-    }
-    _stats.io_submitted += unsigned(rc);
-    _io_in_flight += unsigned(rc);
-    return rc > 0;
+    return account_enter(io_uring_submit(&_ring), "io_uring_submit", _stats, _io_in_flight);
 }
 
-bool reactor::reap_completions() {
-    // With COOP_TASKRUN the kernel posts completions only when this thread enters it; the
-    // TASKRUN flag says some are waiting.
-    if (IO_URING_READ_ONCE(*_ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) {
+bool reactor::submit_and_get_events() {
+    unsigned ready = io_uring_sq_ready(&_ring);
+    bool flagged = IO_URING_READ_ONCE(*_ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
+    if (ready == 0 && !flagged) {
+        return false;
+    }
+    return account_enter(io_uring_submit_and_get_events(&_ring), "io_uring_submit_and_get_events", _stats,
+                         _io_in_flight);
+}
+
+bool reactor::reap_completions(bool may_enter) {
+    // The kernel posts completions only when this thread enters it (COOP_TASKRUN or
+    // DEFER_TASKRUN); the TASKRUN flag says some are waiting.
+    if (may_enter && (IO_URING_READ_ONCE(*_ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) {
         io_uring_get_events(&_ring);
         ++_stats.io_enter_calls;
     }
@@ -344,8 +371,17 @@ bool reactor::poll_once() {
     _preempt.store(false, std::memory_order_relaxed);
     lowres_clock::refresh();
     bool work = false;
-    work |= submit_pending();
-    work |= reap_completions();
+    uint64_t enters = _stats.io_enter_calls;
+    if (_defer_taskrun) {
+        // One kernel entry at most: submit and collect together. Completions flagged after it
+        // wait for the next iteration's entry.
+        work |= submit_and_get_events();
+        work |= reap_completions(false);
+    } else {
+        work |= submit_pending();
+        work |= reap_completions();
+    }
+    _stats.polls_entering_twice += _stats.io_enter_calls - enters > 1;
     // By index: a poller may register or unregister pollers while it polls (cross-shard calls
     // run inside the smp poller, so a service started on this shard registers its pollers here).
     for (size_t i = 0; i < _pollers.size(); ++i) {

@@ -3,6 +3,7 @@
 #include "core/clock.hh"
 #include "core/future.hh"
 #include "core/scheduling.hh"
+#include "core/small_pool.hh"
 #include "core/task.hh"
 
 #include <atomic>
@@ -54,19 +55,26 @@ struct reactor_config {
     std::chrono::microseconds task_quota_time{500};
     /// Submission queue entries of the shard's io_uring ring.
     unsigned ring_entries = 1024;
+    /// Ask for IORING_SETUP_DEFER_TASKRUN (kernel >= 6.1): completions are posted only when the
+    /// shard enters the kernel, and each loop iteration enters it at most once, with
+    /// io_uring_submit_and_get_events, to submit and collect together. When false, or when the
+    /// kernel refuses the flag, the ring uses COOP_TASKRUN and a loop may enter twice (a submit,
+    /// then a get_events for completions flagged meanwhile). See `reactor::defers_taskrun()`.
+    bool defer_taskrun = true;
 };
 
 /// Counters a reactor keeps about itself; read them on the reactor's own shard.
 struct reactor_stats {
-    uint64_t loops = 0;          ///< loop iterations
-    uint64_t tasks_run = 0;      ///< tasks executed
-    uint64_t sleeps = 0;         ///< times the reactor went to sleep in io_uring
-    uint64_t aborted_sleeps = 0; ///< sleeps given up because a poller had work when arming
-    uint64_t io_submitted = 0;   ///< SQEs handed to the kernel
-    uint64_t io_completed = 0;   ///< CQEs processed
-    uint64_t io_enter_calls = 0; ///< io_uring_enter system calls made to submit or reap
-    uint64_t timers_fired = 0;   ///< timer expirations handled
-    uint64_t preemptions = 0;    ///< task rounds cut short by the time quota (need_preempt())
+    uint64_t loops = 0;                ///< loop iterations
+    uint64_t tasks_run = 0;            ///< tasks executed
+    uint64_t sleeps = 0;               ///< times the reactor went to sleep in io_uring
+    uint64_t aborted_sleeps = 0;       ///< sleeps given up because a poller had work when arming
+    uint64_t io_submitted = 0;         ///< SQEs handed to the kernel
+    uint64_t io_completed = 0;         ///< CQEs processed
+    uint64_t io_enter_calls = 0;       ///< io_uring_enter system calls made to submit or reap
+    uint64_t polls_entering_twice = 0; ///< polls that entered the kernel twice (submit, then reap)
+    uint64_t timers_fired = 0;         ///< timer expirations handled
+    uint64_t preemptions = 0;          ///< task rounds cut short by the time quota (need_preempt())
 };
 
 class timer_base;
@@ -90,6 +98,9 @@ public:
     unsigned shard_id() const noexcept { return _shard_id; }
     const reactor_config& config() const noexcept { return _cfg; }
     const reactor_stats& stats() const noexcept { return _stats; }
+    /// True when the ring runs with IORING_SETUP_DEFER_TASKRUN (one kernel entry per loop);
+    /// false when it was not asked for or the kernel refused it (the fallback).
+    bool defers_taskrun() const noexcept { return _defer_taskrun; }
 
     /// Queues a task to run on this reactor, in its scheduling group's queue (no allocation).
     void add_task(task* t) noexcept {
@@ -106,7 +117,7 @@ public:
     io_uring_sqe* get_sqe();
 
     /// Prepares an SQE with `prep(sqe)` and returns the CQE's result (a negative errno on
-    /// failure) as a future. One allocation per call.
+    /// failure) as a future. One allocation per call (from the shard's small-object pool).
     template <typename Prep>
     future<int> submit_io(Prep&& prep);
 
@@ -154,8 +165,13 @@ private:
     friend void internal::set_local_reactor(reactor* r) noexcept;
     class wakeup_reader;
     bool poll_once();
-    bool reap_completions();
+    /// Processes the CQEs in the ring; when `may_enter`, first enters the kernel if it flags
+    /// completions it has not posted yet.
+    bool reap_completions(bool may_enter = true);
     bool submit_pending();
+    /// DEFER_TASKRUN: submits and collects completions in one io_uring_enter, when there is
+    /// something to submit or the kernel flags pending completions.
+    bool submit_and_get_events();
     bool fire_timers();
     void sleep();
     void run_tasks(unsigned quota);
@@ -172,6 +188,7 @@ private:
     uint32_t _was_active = 0;                  // groups that had tasks at the last contested pick
     double _vruntime[max_scheduling_groups] = {};
     io_uring _ring;
+    bool _defer_taskrun = false;
     bool _stopping = false;
     uint64_t _io_in_flight = 0;
     std::vector<poller*> _pollers;
@@ -193,6 +210,7 @@ void set_local_reactor(reactor* r) noexcept;
 /// An io_uring completion that resolves a promise<int> and deletes itself.
 class promise_completion final : public io_completion {
 public:
+    SHOAL_SMALL_POOL_ALLOCATED
     void complete(int result, uint32_t) noexcept override {
         _pr.set_value(result);
         delete this;

@@ -2,6 +2,7 @@
 
 #include "core/future.hh"
 #include "core/reactor.hh"
+#include "core/small_pool.hh"
 
 #include <functional>
 #include <optional>
@@ -54,9 +55,11 @@ inline constexpr unsigned smp_max_in_flight = 256;
 namespace internal {
 
 /// A unit of cross-shard work: runs on the target shard, then returns to the source shard
-/// to complete. Allocated by the source, freed by the source.
+/// to complete. Allocated by the source, freed by the source: recycled through the source
+/// shard's `small_pool`, so a steady stream of calls does not go through malloc.
 class smp_message {
 public:
+    SHOAL_SMALL_POOL_ALLOCATED
     virtual ~smp_message() = default;
     /// Runs on the target shard; must end (now or later) with `respond()`.
     virtual void run_on_target() noexcept = 0;

@@ -24,6 +24,35 @@ future<temporary_buffer> input_stream::read() {
     return _source->get();
 }
 
+future<temporary_buffer> input_stream::read(abort_source& as) {
+    if (as.abort_requested()) {
+        return make_exception_future<temporary_buffer>(as.abort_exception());
+    }
+    if (_held) {
+        return make_ready_future<temporary_buffer>(std::move(_held));
+    }
+    if (!_source) {
+        return make_ready_future<temporary_buffer>();
+    }
+    return _source->get(as);
+}
+
+future<temporary_buffer> data_source_impl::get(abort_source& as) {
+    if (as.abort_requested()) {
+        return make_exception_future<temporary_buffer>(as.abort_exception());
+    }
+    return make_exception_future<temporary_buffer>(
+        std::logic_error("input_stream::read(abort_source&): this transport cannot abort a read"));
+}
+
+future<accept_result> server_socket_impl::accept(abort_source& as) {
+    if (as.abort_requested()) {
+        return make_exception_future<accept_result>(as.abort_exception());
+    }
+    return make_exception_future<accept_result>(
+        std::logic_error("server_socket::accept(abort_source&): this transport cannot abort an accept"));
+}
+
 future<temporary_buffer> input_stream::read_up_to(size_t n) {
     if (n == 0) {
         return make_ready_future<temporary_buffer>();

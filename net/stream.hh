@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "net/socket_address.hh"
 #include "net/temporary_buffer.hh"
@@ -28,6 +29,11 @@ public:
     /// Resolves with the next bytes that arrived (any size), or an empty buffer at the end of
     /// the stream. Called again only after the previous call resolved.
     virtual future<temporary_buffer> get() = 0;
+    /// Like `get()`, but when `as` is aborted while it waits the future fails at once with the
+    /// abort's reason and the source stays usable: bytes that arrive later go to the next read.
+    /// Fails at once if `as` was already aborted. The default refuses (std::logic_error naming
+    /// the missing support); transports that can cancel a read override it (TCP does).
+    virtual future<temporary_buffer> get(abort_source& as);
     /// Stops reading; a pending `get()` resolves (empty) or fails.
     virtual future<> close() { return make_ready_future<>(); }
     /// True once `get()` has produced the end of the stream (implementations set `_eof`).
@@ -92,6 +98,11 @@ public:
 
     /// Whatever arrived next (held-back bytes first); empty at end of stream.
     future<temporary_buffer> read();
+    /// `read()` that `as` can cancel: aborting it fails the future at once with the abort's
+    /// reason (`abort_requested_exception` by default) and loses no bytes; the stream stays
+    /// readable. An already-aborted `as` fails the read without consuming anything. Needs a
+    /// transport that supports it (`data_source_impl::get(abort_source&)`; TCP does).
+    future<temporary_buffer> read(abort_source& as);
     /// At most `n` bytes.
     future<temporary_buffer> read_up_to(size_t n);
     /// Exactly `n` bytes; fails with `unexpected_eof` if the stream ends first. Contiguous: when
@@ -238,6 +249,9 @@ public:
     virtual ~server_socket_impl() = default;
     /// Resolves with the next incoming connection.
     virtual future<accept_result> accept() = 0;
+    /// Like `accept()`, but aborting `as` fails the pending accept at once with the abort's
+    /// reason and keeps the listener usable. The default refuses (std::logic_error).
+    virtual future<accept_result> accept(abort_source& as);
     /// Fails a pending accept and stops listening.
     virtual void abort_accept() = 0;
     /// The address listened on.
@@ -255,6 +269,10 @@ public:
         : _impl(std::move(impl)) {}
     /// The next incoming connection; one accept at a time.
     future<accept_result> accept() { return _impl->accept(); }
+    /// `accept()` that `as` can cancel: aborting it fails the accept at once with the abort's
+    /// reason (`abort_requested_exception` by default); the listener keeps listening and a later
+    /// accept gets connections that arrived meanwhile. Fails at once if `as` was already aborted.
+    future<accept_result> accept(abort_source& as) { return _impl->accept(as); }
     /// Fails a pending accept and every later one, and stops listening.
     void abort_accept() { _impl->abort_accept(); }
     /// The address listened on (with the port picked when 0 was asked for).

@@ -27,6 +27,7 @@ public:
         _c.release();
     }
     future<temporary_buffer> get() override { return _c.get(); }
+    future<temporary_buffer> get(abort_source& as) override { return _c.get(as); }
     future<> close() override { return _c.close_input(); }
     void mark_eof() noexcept { _eof = true; }
 
@@ -258,6 +259,7 @@ void connection::deliver(temporary_buffer buf) noexcept {
         return;
     }
     if (_read_waiter) {
+        _read_abort = {};
         _read_waiter->set_value(std::move(buf));
         _read_waiter.reset();
         return;
@@ -271,6 +273,7 @@ void connection::recv_failed(std::exception_ptr ex) noexcept {
         _recv_error = std::move(ex);
     }
     if (_read_waiter) {
+        _read_abort = {};
         _read_waiter->set_exception(_recv_error);
         _read_waiter.reset();
     }
@@ -282,6 +285,7 @@ void connection::end_input() noexcept {
         if (_source) {
             _source->mark_eof();
         }
+        _read_abort = {};
         _read_waiter->set_value(temporary_buffer());
         _read_waiter.reset();
     }
@@ -315,6 +319,30 @@ future<temporary_buffer> connection::get() {
     }
     _read_waiter.emplace();
     return _read_waiter->get_future();
+}
+
+future<temporary_buffer> connection::get(abort_source& as) {
+    if (as.abort_requested()) {
+        return make_exception_future<temporary_buffer>(as.abort_exception());
+    }
+    auto f = get();
+    if (_read_waiter && !f.available()) {
+        _read_abort = as.subscribe([this](const std::exception_ptr& ex) { abort_read(ex); });
+    }
+    return f;
+}
+
+void connection::abort_read(const std::exception_ptr& ex) noexcept {
+    if (!_read_waiter) {
+        return;
+    }
+    _read_waiter->set_exception(ex);
+    _read_waiter.reset();
+    // Nobody reads now: stop the multishot receive so the kernel holds no request for this
+    // reader. Bytes that arrived or arrive before the cancel completes are queued for the next
+    // read; the ring's buffers stay the ring's. The next read arms a receive again.
+    _reading = false;
+    cancel_recv();
 }
 
 future<> connection::close_input() {

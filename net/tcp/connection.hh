@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/reactor.hh"
 #include "core/task.hh"
@@ -47,6 +48,10 @@ public:
     /// The next received buffer (arming the receive when needed); empty at end of stream. One
     /// read at a time.
     future<temporary_buffer> get();
+    /// `get()` that `as` can cancel: on abort the pending read fails at once with the abort's
+    /// reason and the multishot receive is cancelled until the next read (bytes already received
+    /// stay queued for it). Fails at once if `as` was already aborted.
+    future<temporary_buffer> get(abort_source& as);
     /// Drops unread data, ends the stream for the reader and cancels the receive.
     future<> close_input();
     /// `close_input` plus shutdown(SHUT_RD) of the socket.
@@ -115,6 +120,7 @@ private:
     void on_recv(int result, uint32_t flags) noexcept;
     void deliver(temporary_buffer buf) noexcept;
     void recv_failed(std::exception_ptr ex) noexcept;
+    void abort_read(const std::exception_ptr& ex) noexcept;
     void end_input() noexcept;
     void buffers_available() noexcept override;
 
@@ -152,6 +158,7 @@ private:
     size_t _unread = 0;
     size_t _max_unread;
     std::optional<promise<temporary_buffer>> _read_waiter;
+    abort_source::subscription _read_abort; // the waiting read's cancellation, if it has one
     tcp_data_source* _source = nullptr;
 
     // send side

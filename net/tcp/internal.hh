@@ -23,6 +23,10 @@ stats& local_stats() noexcept;
 /// address: "connect 127.0.0.1:1: Connection refused".
 std::system_error make_error(int err, std::string_view op, const socket_address& addr);
 
+/// Starts a connect; `as`, when not null, can cancel it (see tcp::connect).
+future<connected_socket> start_connect(const socket_address& addr, const connect_options& opts,
+                                       abort_source* as);
+
 /// Applies TCP_NODELAY; returns errno or 0.
 int set_nodelay(int fd, bool on) noexcept;
 

@@ -78,6 +78,28 @@ future<accept_result> listener::accept() {
     return _waiter->get_future();
 }
 
+future<accept_result> listener::accept(abort_source& as) {
+    if (as.abort_requested()) {
+        return make_exception_future<accept_result>(as.abort_exception());
+    }
+    auto f = accept();
+    if (_waiter && !f.available()) {
+        _abort_sub = as.subscribe([this](const std::exception_ptr& ex) { abort_waiter(ex); });
+    }
+    return f;
+}
+
+void listener::abort_waiter(const std::exception_ptr& ex) noexcept {
+    if (!_waiter) {
+        return;
+    }
+    _waiter->set_exception(ex);
+    _waiter.reset();
+    // Nobody waits: stop the multishot accept (the kernel's backlog holds new connections;
+    // those accepted before the cancel completes are queued). The next accept() arms it again.
+    cancel();
+}
+
 void listener::on_accept(int result, uint32_t flags) noexcept {
     const bool more = flags & IORING_CQE_F_MORE;
     const bool cancelled_by_us = _cancel_requested;
@@ -101,6 +123,7 @@ void listener::on_accept(int result, uint32_t flags) noexcept {
                 if (_waiter) {
                     _waiter->set_value(std::move(r));
                     _waiter.reset();
+                    _abort_sub = {};
                 } else {
                     _queue.push_back(std::move(r));
                 }
@@ -108,6 +131,7 @@ void listener::on_accept(int result, uint32_t flags) noexcept {
                 if (_waiter) {
                     _waiter->set_exception(std::current_exception());
                     _waiter.reset();
+                    _abort_sub = {};
                 }
             }
             if (more && _queue.size() >= _max_queue) {
@@ -124,6 +148,7 @@ void listener::on_accept(int result, uint32_t flags) noexcept {
         if (_waiter) {
             _waiter->set_exception(ex);
             _waiter.reset();
+            _abort_sub = {};
         } else if (!_aborted) {
             _pending_error = ex;
         }
@@ -137,6 +162,7 @@ void listener::on_accept(int result, uint32_t flags) noexcept {
             } catch (...) {
                 _waiter->set_exception(std::current_exception());
                 _waiter.reset();
+                _abort_sub = {};
             }
         }
     }
@@ -151,6 +177,7 @@ void listener::abort_accept() noexcept {
     if (_waiter) {
         _waiter->set_exception(make_error(ECONNABORTED, "accept", _addr));
         _waiter.reset();
+        _abort_sub = {};
     }
     _queue.clear();
     _pending_error = nullptr;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/reactor.hh"
 #include "net/socket_address.hh"
@@ -29,6 +30,10 @@ public:
     /// The next connection (queued ones first); arms the multishot accept when none is armed.
     /// One accept at a time.
     future<accept_result> accept();
+    /// `accept()` that `as` can cancel: on abort the pending accept fails at once with the
+    /// abort's reason and the multishot accept is cancelled until the next accept (connections
+    /// that arrive meanwhile wait in the kernel's backlog or in our queue).
+    future<accept_result> accept(abort_source& as);
     /// Fails a pending accept and every later one, stops accepting, closes the socket.
     void abort_accept() noexcept;
     /// The owning server_socket is gone: abort and free once the kernel is done.
@@ -49,6 +54,7 @@ private:
     ~listener();
     void arm();
     void cancel() noexcept;
+    void abort_waiter(const std::exception_ptr& ex) noexcept;
     void on_accept(int result, uint32_t flags) noexcept;
     void close_fd() noexcept;
     void maybe_destroy() noexcept;
@@ -65,6 +71,7 @@ private:
     std::deque<accept_result> _queue;
     std::exception_ptr _pending_error;
     std::optional<promise<accept_result>> _waiter;
+    abort_source::subscription _abort_sub; // the waiting accept's cancellation, if it has one
 };
 
 } // namespace shoal::net::tcp::internal

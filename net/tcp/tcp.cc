@@ -49,6 +49,7 @@ public:
         : _l(l) {}
     ~tcp_server_socket_impl() override { _l->release(); }
     future<accept_result> accept() override { return _l->accept(); }
+    future<accept_result> accept(abort_source& as) override { return _l->accept(as); }
     void abort_accept() override { _l->abort_accept(); }
     socket_address local_address() const override { return _l->local_address(); }
 
@@ -64,7 +65,11 @@ public:
         : _fd(fd)
         , _addr(addr) {}
 
-    future<connected_socket> start(std::chrono::milliseconds timeout) {
+    future<connected_socket> start(std::chrono::milliseconds timeout, abort_source* as) {
+        if (as) {
+            // First: nothing is queued yet if it throws.
+            _abort_sub = as->subscribe([this](const std::exception_ptr& ex) { on_abort(ex); });
+        }
         io_uring_sqe* sqe = local_reactor().get_sqe();
         io_uring_prep_connect(sqe, _fd, _addr.as_sockaddr(), _addr.length());
         io_uring_sqe_set_data(sqe, static_cast<io_completion*>(this));
@@ -78,7 +83,11 @@ public:
     void complete(int result, uint32_t) noexcept override {
         _done = true;
         _timer.cancel();
-        if (result == 0) {
+        _abort_sub = {};
+        if (_aborted) {
+            // The future already failed with the abort's reason; a connection that was made
+            // anyway is closed with the op (the destructor closes the fd).
+        } else if (result == 0) {
             try {
                 int fd = std::exchange(_fd, -1);
                 _pr.set_value(internal::connection::make_socket(fd, _addr));
@@ -103,8 +112,23 @@ private:
             ::close(_fd);
         }
     }
+    void on_abort(const std::exception_ptr& ex) noexcept {
+        if (_done || _aborted) {
+            return;
+        }
+        // Fail at once; the request is cancelled and the op (the address the kernel reads, the
+        // fd) lives until its completion arrives.
+        _aborted = true;
+        _timer.cancel();
+        _pr.set_exception(ex);
+        try {
+            _canceller.cancel(this);
+        } catch (...) {
+            // No SQE: the attempt ends on its own (connected or failed) and is closed then.
+        }
+    }
     void on_timeout() noexcept {
-        if (_done) {
+        if (_done || _aborted) {
             return;
         }
         _timed_out = true;
@@ -125,8 +149,10 @@ private:
     promise<connected_socket> _pr;
     timer<> _timer;
     canceller<connect_op> _canceller{*this};
+    abort_source::subscription _abort_sub;
     bool _done = false;
     bool _timed_out = false;
+    bool _aborted = false;
 };
 
 } // namespace internal
@@ -191,6 +217,18 @@ server_socket listen(const socket_address& addr, const listen_options& opts) {
 }
 
 future<connected_socket> connect(const socket_address& addr, const connect_options& opts) {
+    return internal::start_connect(addr, opts, nullptr);
+}
+
+future<connected_socket> connect(const socket_address& addr, const connect_options& opts, abort_source& as) {
+    if (as.abort_requested()) {
+        return make_exception_future<connected_socket>(as.abort_exception());
+    }
+    return internal::start_connect(addr, opts, &as);
+}
+
+future<connected_socket> internal::start_connect(const socket_address& addr, const connect_options& opts,
+                                                 abort_source* as) {
     if (local_reactor().stopping()) {
         return make_exception_future<connected_socket>(make_error(ECANCELED, "connect", addr));
     }
@@ -215,7 +253,7 @@ future<connected_socket> connect(const socket_address& addr, const connect_optio
         return make_exception_future<connected_socket>(std::current_exception());
     }
     try {
-        return op->start(opts.timeout);
+        return op->start(opts.timeout, as);
     } catch (...) {
         // No SQE was queued: the op never reaches the kernel.
         op->complete(-EAGAIN, 0);

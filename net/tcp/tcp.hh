@@ -5,6 +5,7 @@
 // (handed to readers without a copy) and send with one vectored send in flight per socket.
 // Everything here is used on the shard that created it. See docs/tcp.md.
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
@@ -35,6 +36,12 @@ server_socket listen(const socket_address& addr, const listen_options& opts = {}
 /// std::system_error carrying the errno and the address ("connect 127.0.0.1:1: Connection
 /// refused").
 future<connected_socket> connect(const socket_address& addr, const connect_options& opts = {});
+
+/// `connect` that `as` can cancel: aborting it fails the future at once with the abort's reason
+/// (`abort_requested_exception` by default) and cancels the request; the socket is closed once
+/// the kernel is done with it (also if it connected meanwhile). Fails at once, without making a
+/// socket, if `as` was already aborted.
+future<connected_socket> connect(const socket_address& addr, const connect_options& opts, abort_source& as);
 
 /// Tuning of the TCP stack, process-wide. Set it before the first TCP socket of a shard is
 /// used: each shard reads it when it sets up its receive buffer ring.

@@ -4,6 +4,8 @@
 #include "core/future.hh"
 #include "core/future_util.hh"
 #include "core/reactor.hh"
+#include "core/small_pool.hh"
+#include "core/smp.hh"
 #include "run_in_shards.hh"
 
 #include <cstdlib>
@@ -39,14 +41,25 @@ void* counted_alloc(std::size_t n, std::size_t align = 0) {
     return p;
 }
 
+/// Counts heap objects made on this thread while alive: operator new calls plus objects the
+/// shard's small-object pool handed out again from its free lists (core/small_pool.hh).
 class counting {
 public:
-    counting() {
+    counting()
+        : _reused_before(shoal::internal::small_pool::reused()) {
         tl_allocations = 0;
         tl_counting = true;
     }
     ~counting() { tl_counting = false; }
-    long allocations() const noexcept { return tl_allocations; }
+    /// Objects allocated, from malloc or recycled.
+    long allocations() const noexcept { return tl_allocations + reused(); }
+    /// Only the operator new calls.
+    long mallocs() const noexcept { return tl_allocations; }
+    /// Only the objects recycled by the pool.
+    long reused() const noexcept { return long(shoal::internal::small_pool::reused() - _reused_before); }
+
+private:
+    uint64_t _reused_before;
 };
 
 } // namespace
@@ -290,5 +303,84 @@ TEST(alloc, submit_io_costs_one_allocation) {
                   EXPECT_EQ(rc, 0);
                   EXPECT_EQ(n, 1);
               }),
+              0);
+}
+
+TEST(alloc, a_warm_pool_serves_pending_continuations_without_malloc) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  co_await settle();
+                  auto chain = [](int links) -> future<int> {
+                      promise<int> p;
+                      future<int> f = p.get_future();
+                      for (int i = 0; i < links; ++i) {
+                          f = std::move(f).then([](int x) { return x + 1; });
+                      }
+                      p.set_value(0);
+                      return f;
+                  };
+                  int warm = co_await chain(100); // fills the free list of this continuation's size
+                  EXPECT_EQ(warm, 100);
+                  long objects = 0;
+                  long mallocs = 0;
+                  int result = 0;
+                  {
+                      counting c;
+                      auto f = chain(100);
+                      result = co_await std::move(f);
+                      objects = c.allocations();
+                      mallocs = c.mallocs();
+                  }
+                  EXPECT_EQ(result, 100);
+                  EXPECT_EQ(objects, 100); // one continuation per link, as before
+                  if (shoal::internal::small_pool::enabled) {
+                      EXPECT_EQ(mallocs, 0); // all of them recycled
+                  } else {
+                      EXPECT_EQ(mallocs, 100); // ASan builds bypass the pool
+                  }
+              }),
+              0);
+}
+
+TEST(alloc, a_warm_pool_serves_cross_shard_messages_without_malloc) {
+    EXPECT_EQ(shoal::testing::run_in_shards(2,
+                                            []() -> future<> {
+                                                co_await settle();
+                                                auto burst = []() -> future<uint64_t> {
+                                                    std::vector<future<uint64_t>> fs;
+                                                    fs.reserve(64);
+                                                    for (uint64_t i = 0; i < 64; ++i) {
+                                                        fs.push_back(submit_to(1, [i] { return i; }));
+                                                    }
+                                                    uint64_t sum = 0;
+                                                    for (auto& f : fs) {
+                                                        sum += co_await std::move(f);
+                                                    }
+                                                    co_return sum;
+                                                };
+                                                EXPECT_EQ(co_await burst(), 2016u); // warms the pool
+                                                long mallocs = -1;
+                                                long reused = -1;
+                                                uint64_t sum = 0;
+                                                std::vector<future<uint64_t>> fs;
+                                                fs.reserve(64);
+                                                {
+                                                    counting c;
+                                                    for (uint64_t i = 0; i < 64; ++i) {
+                                                        fs.push_back(submit_to(1, [i] { return i; }));
+                                                    }
+                                                    mallocs = c.mallocs();
+                                                    reused = c.reused();
+                                                }
+                                                for (auto& f : fs) {
+                                                    sum += co_await std::move(f);
+                                                }
+                                                EXPECT_EQ(sum, 2016u);
+                                                if (shoal::internal::small_pool::enabled) {
+                                                    EXPECT_EQ(mallocs, 0);
+                                                    EXPECT_EQ(reused, 64);
+                                                } else {
+                                                    EXPECT_EQ(mallocs, 64);
+                                                }
+                                            }),
               0);
 }
