@@ -152,8 +152,11 @@ acceptor* find_acceptor(uint64_t id) noexcept {
     return nullptr;
 }
 
-future<std::shared_ptr<connection_ref>> acceptor::accept() {
+future<std::shared_ptr<connection_ref>> acceptor::accept(abort_source* as) {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA listener");
+    if (as && as->abort_requested()) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(as->abort_exception());
+    }
     if (!_ready.empty()) {
         auto ref = std::move(_ready.front());
         _ready.pop_front();
@@ -168,7 +171,17 @@ future<std::shared_ptr<connection_ref>> acceptor::accept() {
             std::logic_error("accept() called while another accept() is pending"));
     }
     _waiter.emplace();
-    return _waiter->get_future();
+    auto f = _waiter->get_future();
+    if (as) {
+        _waiter_abort = as->subscribe([this](const std::exception_ptr& ex) {
+            if (_waiter) {
+                auto w = std::move(*_waiter);
+                _waiter.reset();
+                w.set_exception(ex);
+            }
+        });
+    }
+    return f;
 }
 
 void acceptor::abort_accept() noexcept {
@@ -189,6 +202,7 @@ future<> acceptor::close() noexcept {
         _waiter->set_exception(_abort ? _abort
                                       : std::make_exception_ptr(connection_error("RDMA listener closed")));
         _waiter.reset();
+        _waiter_abort = {};
     }
     for (connection_impl* c : _pending) {
         c->forget_acceptor();
@@ -269,6 +283,7 @@ void acceptor::deliver(connection_impl* c) noexcept {
     if (_waiter) {
         auto w = std::move(*_waiter);
         _waiter.reset();
+        _waiter_abort = {};
         w.set_value(std::move(ref));
     } else {
         _ready.push_back(std::move(ref));
@@ -333,7 +348,10 @@ std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const conne
 }
 
 future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& addr,
-                                                   const connection_options& opts) {
+                                                   const connection_options& opts, abort_source* as) {
+    if (as && as->abort_requested()) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(as->abort_exception());
+    }
     shard_context* ctx = shard_context::local_or_null();
     if (!ctx) {
         return make_exception_future<std::shared_ptr<connection_ref>>(
@@ -352,7 +370,11 @@ future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& ad
         rdma_destroy_id(id);
         return make_exception_future<std::shared_ptr<connection_ref>>(std::current_exception());
     }
-    return c->start_connect(addr);
+    auto f = c->start_connect(addr);
+    if (as && !f.available()) {
+        c->abort_setup_on(*as);
+    }
+    return f;
 }
 
 // --- connection_impl: setup and teardown
@@ -387,6 +409,14 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
 connection_impl::~connection_impl() {
     _setup_timer.cancel();
     _close_timer.cancel();
+}
+
+void connection_impl::abort_setup_on(abort_source& as) {
+    _setup_abort = as.subscribe([this](const std::exception_ptr& ex) {
+        if (_connect_promise) {
+            close(ex); // fails the connect with the abort's reason, then frees the id and QP
+        }
+    });
 }
 
 std::shared_ptr<connection_ref> connection_impl::make_ref() {
@@ -616,6 +646,7 @@ void connection_impl::established(const cm_event& ev) noexcept {
     if (_active) {
         auto pr = std::move(*_connect_promise);
         _connect_promise.reset();
+        _setup_abort = {};
         pr.set_value(make_ref());
     } else if (_acceptor) {
         acceptor* a = std::exchange(_acceptor, nullptr);
@@ -674,6 +705,7 @@ void connection_impl::close(std::exception_ptr why) noexcept {
     if (_connect_promise) {
         auto pr = std::move(*_connect_promise);
         _connect_promise.reset();
+        _setup_abort = {};
         pr.set_exception(_error);
     }
     if (_acceptor) {

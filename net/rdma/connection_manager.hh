@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/options.hh"
@@ -70,8 +71,9 @@ public:
     acceptor(const acceptor&) = delete;
     acceptor& operator=(const acceptor&) = delete;
 
-    /// The next established connection.
-    future<std::shared_ptr<connection_ref>> accept();
+    /// The next established connection; when `as` aborts first, fails at once with its reason
+    /// (the acceptor keeps listening).
+    future<std::shared_ptr<connection_ref>> accept(abort_source* as = nullptr);
     /// Fails a pending accept and stops accepting (leaves the group).
     void abort_accept() noexcept;
     /// Leaves the group; resolves when the listening id is gone if this was the last member.
@@ -98,6 +100,7 @@ private:
     connection_options _opts;
     std::deque<std::shared_ptr<connection_ref>> _ready;
     std::optional<promise<std::shared_ptr<connection_ref>>> _waiter;
+    abort_source::subscription _waiter_abort; // of the pending accept
     std::vector<connection_impl*> _pending;
     bool _closed = false;
     std::exception_ptr _abort;
@@ -107,9 +110,10 @@ private:
 /// shard already listens). Throws connection_error.
 std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
                                     int backlog);
-/// Connects from the calling shard.
-future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& addr,
-                                                   const connection_options& opts);
+/// Connects from the calling shard; `as` (if given) aborts the setup: the future fails at once
+/// with its reason and the half-made connection is torn down.
+future<std::shared_ptr<connection_ref>>
+connect_to(const net::socket_address& addr, const connection_options& opts, abort_source* as = nullptr);
 /// Closes `a` (used by rdma::stop for acceptors the application did not close).
 future<> close_acceptor(acceptor* a) noexcept;
 /// The acceptor of the calling shard with this id, if it is still open.
