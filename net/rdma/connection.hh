@@ -116,6 +116,9 @@ struct listen_options {
     std::optional<connection_options> connection;
     /// Connect requests rdma_cm queues.
     int backlog = 1024;
+    /// Connections a shard holds for `accept()` (being set up or established, not yet taken);
+    /// beyond it connect requests are rejected with "accept backlog of N full on shard S".
+    unsigned accept_backlog = 256;
 };
 
 /// A listening endpoint on the calling shard. When several shards listen on the same address,

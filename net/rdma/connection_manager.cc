@@ -124,12 +124,14 @@ void listener_impl::on_cm_event(const cm_event& ev) noexcept {
 
 // --- acceptor
 
-acceptor::acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts)
+acceptor::acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts,
+                   unsigned backlog)
     : _ctx(&ctx)
     , _shard(ctx.shard())
     , _id(g_next_acceptor.fetch_add(1))
     , _group(std::move(g))
-    , _opts(opts) {
+    , _opts(opts)
+    , _backlog(std::max(1u, backlog)) {
     _ctx->add_acceptor(this);
 }
 
@@ -252,6 +254,12 @@ void acceptor::handle_request(rdma_cm_id* id, const cm_event& ev) noexcept {
         reject(id, "not accepting connections");
         return;
     }
+    if (_ready.size() + _pending.size() >= _backlog) {
+        std::string why = fmt::format("accept backlog of {} full on shard {}", _backlog, _shard);
+        cm_log.warn("rejecting a connection to {}: {}", _group->addr.to_string(), why);
+        reject(id, why);
+        return;
+    }
     if (id->verbs != _ctx->dev().context()) {
         reject(id, fmt::format("request arrived on RDMA device {}, this side uses {}",
                                id->verbs ? ibv_get_device_name(id->verbs->device) : "(none)",
@@ -295,7 +303,7 @@ void acceptor::connection_failed(connection_impl* c) noexcept {
 }
 
 std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
-                                    int backlog) {
+                                    int backlog, unsigned accept_backlog) {
     shard_context& ctx = shard_context::local();
     auto fail = [&](const std::string& what, int err) {
         throw connection_error(
@@ -341,7 +349,7 @@ std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const conne
         id->context = static_cast<cm_handler*>(g->owner);
         g_groups[g->key] = g;
     }
-    auto a = std::make_unique<acceptor>(ctx, g, opts);
+    auto a = std::make_unique<acceptor>(ctx, g, opts, accept_backlog);
     std::lock_guard lk2(g->mu);
     g->members.emplace_back(ctx.shard(), a->id());
     return a;
@@ -390,6 +398,8 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
     , _depth(std::max(8u, opts.send_queue_depth))
     , _slots(std::make_unique<send_slot[]>(_depth)) {
     _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
+    _opts.idle_credits = std::clamp(_opts.idle_credits, 1u, _opts.credits);
+    _window = _opts.idle_credits;
     // At least 2: a credit-only message that returns one control credit must not be answered
     // by another (two idle peers with one control credit each would bounce them forever).
     _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 2u, max_imm_ctrl_credits);
@@ -457,7 +467,7 @@ void connection_impl::graceful_close() noexcept {
 conn_params connection_impl::local_params() const noexcept {
     conn_params p;
     p.recv_buffer_size = uint32_t(_ctx->srq().buffer_size());
-    p.credits = uint16_t(_opts.credits);
+    p.credits = uint16_t(_window);
     p.ctrl_credits = uint16_t(_opts.ctrl_credits);
     p.region = _opts.region;
     return p;
@@ -484,7 +494,7 @@ void connection_impl::create_qp() {
     _ctx->register_qp(_qp->qp_num, this);
     _qp_registered = true;
     // Receives for what the peer may send right away: its credits and control credits.
-    unsigned want = _opts.credits + _opts.ctrl_credits;
+    unsigned want = _window + _opts.ctrl_credits;
     unsigned got = _ctx->srq().reserve(want, true);
     if (got < want) {
         _ctx->srq().release(got);
@@ -494,7 +504,7 @@ void connection_impl::create_qp() {
                         "at its watermark or SRQ full)",
                         _shard, got, want));
     }
-    _granted = _opts.credits;
+    _granted = _window;
     _ctrl_granted = _opts.ctrl_credits;
 }
 

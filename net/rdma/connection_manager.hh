@@ -65,8 +65,9 @@ private:
 class acceptor {
 public:
     /// An acceptor on `ctx`'s shard for group `g` (`listen_on` makes it a member); accepted
-    /// connections get `opts`.
-    acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts);
+    /// connections get `opts`; at most `backlog` wait for `accept()` (set up or being set up).
+    acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts,
+             unsigned backlog);
     ~acceptor();
     acceptor(const acceptor&) = delete;
     acceptor& operator=(const acceptor&) = delete;
@@ -98,6 +99,7 @@ private:
     uint64_t _id;
     std::shared_ptr<listener_group> _group;
     connection_options _opts;
+    unsigned _backlog;
     std::deque<std::shared_ptr<connection_ref>> _ready;
     std::optional<promise<std::shared_ptr<connection_ref>>> _waiter;
     abort_source::subscription _waiter_abort; // of the pending accept
@@ -108,8 +110,10 @@ private:
 
 /// Listens on `addr` from the calling shard (joining the group of the same address if another
 /// shard already listens). Throws connection_error.
+/// `backlog` is rdma_cm's; `accept_backlog` bounds the connections this shard holds for
+/// `accept()`.
 std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
-                                    int backlog);
+                                    int backlog, unsigned accept_backlog);
 /// Connects from the calling shard; `as` (if given) aborts the setup: the future fails at once
 /// with its reason and the half-made connection is torn down.
 future<std::shared_ptr<connection_ref>>

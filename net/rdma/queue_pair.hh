@@ -241,6 +241,9 @@ private:
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
     bool consume_data_credit() noexcept;
+    /// After a data message: opens the receive window while the peer runs low on credits, closes
+    /// it towards `idle_credits` after a window of messages where it did not.
+    void adapt_window() noexcept;
     void consumed(unsigned n) noexcept;
     void grant_credits() noexcept;
     /// Wakes up to `max` queued one-sided operations whose turn came (in call order).
@@ -352,6 +355,8 @@ private:
     uint32_t _send_credits = 0;
     uint32_t _send_ctrl_credits = 0;
     // credits: what the peer may send (receives reserved in the SRQ for it)
+    uint32_t _window = 0;       // receive window now (idle_credits..credits, see adapt_window)
+    uint32_t _calm = 0;         // messages since the peer last ran low on credits
     uint32_t _granted = 0;      // data credits reserved for the peer (incl. not yet returned)
     uint32_t _ctrl_granted = 0; // control credits reserved for the peer
     uint32_t _credits_to_return = 0;

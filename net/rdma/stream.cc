@@ -426,7 +426,8 @@ net::socket_address listener::local_address() const {
 
 listener listen_rc(const net::socket_address& addr, const listen_options& opts) {
     shard_context& ctx = shard_context::local();
-    return listener(internal::listen_on(addr, opts.connection.value_or(ctx.opts().connection), opts.backlog));
+    return listener(internal::listen_on(addr, opts.connection.value_or(ctx.opts().connection), opts.backlog,
+                                        opts.accept_backlog));
 }
 
 future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts) {
