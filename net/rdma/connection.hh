@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "net/message.hh"
 #include "net/rdma/immediates.hh"
@@ -35,16 +36,16 @@ public:
 
     /// RDMA READ of `dst.length` bytes at `offset` of `src` into `dst`.
     future<> read(local_span dst, const remote_region& src, uint64_t offset = 0) {
-        return impl().read(dst, src, offset);
+        return impl().read(std::move(dst), src, offset);
     }
     /// RDMA WRITE of `src` to `offset` of `dst`.
     future<> write(local_span src, const remote_region& dst, uint64_t offset = 0) {
-        return impl().write(src, dst, offset);
+        return impl().write(std::move(src), dst, offset);
     }
     /// RDMA WRITE_WITH_IMM: writes, then the peer receives `imm` (after the data is visible).
     /// Uses one of the peer's receive credits.
     future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm) {
-        return impl().write_with_imm(src, dst, offset, imm);
+        return impl().write_with_imm(std::move(src), dst, offset, imm);
     }
     /// Atomic fetch-and-add on the 8-byte word at `offset` of `dst`; yields the previous value.
     future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
@@ -55,6 +56,31 @@ public:
     future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                   uint64_t desired) {
         return impl().compare_swap(dst, offset, expected, desired);
+    }
+    /// The operations above, cancellable: when `as` aborts, the returned future fails at once
+    /// with the abort's reason (`timed_out_error` under `with_timeout(deadline, func)`), and an
+    /// operation still queued behind others is never posted. One already posted cannot be taken
+    /// back: it still runs, and its span holds its pool memory until the device completes it.
+    future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as) {
+        return impl().read(std::move(dst), src, offset, as);
+    }
+    /// Cancellable `write` (see the cancellable `read`).
+    future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as) {
+        return impl().write(std::move(src), dst, offset, as);
+    }
+    /// Cancellable `write_with_imm` (see the cancellable `read`).
+    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
+                            abort_source& as) {
+        return impl().write_with_imm(std::move(src), dst, offset, imm, as);
+    }
+    /// Cancellable `fetch_add` (see the cancellable `read`).
+    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add, abort_source& as) {
+        return impl().fetch_add(dst, offset, add, as);
+    }
+    /// Cancellable `compare_swap` (see the cancellable `read`).
+    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                  uint64_t desired, abort_source& as) {
+        return impl().compare_swap(dst, offset, expected, desired, as);
     }
     /// The next immediate value a WRITE_WITH_IMM from the peer delivered (in order). Fails
     /// with std::logic_error once a channel of tagged immediates is open.
@@ -100,6 +126,9 @@ struct listen_options {
     std::optional<connection_options> connection;
     /// Connect requests rdma_cm queues.
     int backlog = 1024;
+    /// Connections a shard holds for `accept()` (being set up or established, not yet taken);
+    /// beyond it connect requests are rejected with "accept backlog of N full on shard S".
+    unsigned accept_backlog = 256;
 };
 
 /// A listening endpoint on the calling shard. When several shards listen on the same address,
@@ -116,6 +145,8 @@ public:
 
     /// The next connection established on this shard.
     future<connection> accept();
+    /// `accept()`, failing at once with `as`'s reason when it aborts first (still listening).
+    future<connection> accept(abort_source& as);
     /// Fails a pending accept and stops listening on this shard.
     void abort_accept();
     /// The address listened on (with the port rdma_cm picked when 0 was asked for).
@@ -133,6 +164,11 @@ listener listen_rc(const net::socket_address& addr, const listen_options& opts =
 future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts);
 /// `connect_rc` with the options given to rdma::start.
 future<connection> connect_rc(const net::socket_address& addr);
+/// `connect_rc`, cancelled by `as`: an abort before the connection is established fails it at
+/// once with the abort's reason (`timed_out_error` under `with_timeout(deadline, func)`) and
+/// frees what the setup had made.
+future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts,
+                              abort_source& as);
 
 /// The stream transport, shaped like TCP's: a server socket whose accepted connections are
 /// RDMA streams on the calling shard.

@@ -124,12 +124,14 @@ void listener_impl::on_cm_event(const cm_event& ev) noexcept {
 
 // --- acceptor
 
-acceptor::acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts)
+acceptor::acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts,
+                   unsigned backlog)
     : _ctx(&ctx)
     , _shard(ctx.shard())
     , _id(g_next_acceptor.fetch_add(1))
     , _group(std::move(g))
-    , _opts(opts) {
+    , _opts(opts)
+    , _backlog(std::max(1u, backlog)) {
     _ctx->add_acceptor(this);
 }
 
@@ -152,8 +154,11 @@ acceptor* find_acceptor(uint64_t id) noexcept {
     return nullptr;
 }
 
-future<std::shared_ptr<connection_ref>> acceptor::accept() {
+future<std::shared_ptr<connection_ref>> acceptor::accept(abort_source* as) {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA listener");
+    if (as && as->abort_requested()) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(as->abort_exception());
+    }
     if (!_ready.empty()) {
         auto ref = std::move(_ready.front());
         _ready.pop_front();
@@ -168,7 +173,17 @@ future<std::shared_ptr<connection_ref>> acceptor::accept() {
             std::logic_error("accept() called while another accept() is pending"));
     }
     _waiter.emplace();
-    return _waiter->get_future();
+    auto f = _waiter->get_future();
+    if (as) {
+        _waiter_abort = as->subscribe([this](const std::exception_ptr& ex) {
+            if (_waiter) {
+                auto w = std::move(*_waiter);
+                _waiter.reset();
+                w.set_exception(ex);
+            }
+        });
+    }
+    return f;
 }
 
 void acceptor::abort_accept() noexcept {
@@ -189,6 +204,7 @@ future<> acceptor::close() noexcept {
         _waiter->set_exception(_abort ? _abort
                                       : std::make_exception_ptr(connection_error("RDMA listener closed")));
         _waiter.reset();
+        _waiter_abort = {};
     }
     for (connection_impl* c : _pending) {
         c->forget_acceptor();
@@ -238,6 +254,12 @@ void acceptor::handle_request(rdma_cm_id* id, const cm_event& ev) noexcept {
         reject(id, "not accepting connections");
         return;
     }
+    if (_ready.size() + _pending.size() >= _backlog) {
+        std::string why = fmt::format("accept backlog of {} full on shard {}", _backlog, _shard);
+        cm_log.warn("rejecting a connection to {}: {}", _group->addr.to_string(), why);
+        reject(id, why);
+        return;
+    }
     if (id->verbs != _ctx->dev().context()) {
         reject(id, fmt::format("request arrived on RDMA device {}, this side uses {}",
                                id->verbs ? ibv_get_device_name(id->verbs->device) : "(none)",
@@ -269,6 +291,7 @@ void acceptor::deliver(connection_impl* c) noexcept {
     if (_waiter) {
         auto w = std::move(*_waiter);
         _waiter.reset();
+        _waiter_abort = {};
         w.set_value(std::move(ref));
     } else {
         _ready.push_back(std::move(ref));
@@ -280,7 +303,7 @@ void acceptor::connection_failed(connection_impl* c) noexcept {
 }
 
 std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
-                                    int backlog) {
+                                    int backlog, unsigned accept_backlog) {
     shard_context& ctx = shard_context::local();
     auto fail = [&](const std::string& what, int err) {
         throw connection_error(
@@ -326,14 +349,17 @@ std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const conne
         id->context = static_cast<cm_handler*>(g->owner);
         g_groups[g->key] = g;
     }
-    auto a = std::make_unique<acceptor>(ctx, g, opts);
+    auto a = std::make_unique<acceptor>(ctx, g, opts, accept_backlog);
     std::lock_guard lk2(g->mu);
     g->members.emplace_back(ctx.shard(), a->id());
     return a;
 }
 
 future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& addr,
-                                                   const connection_options& opts) {
+                                                   const connection_options& opts, abort_source* as) {
+    if (as && as->abort_requested()) {
+        return make_exception_future<std::shared_ptr<connection_ref>>(as->abort_exception());
+    }
     shard_context* ctx = shard_context::local_or_null();
     if (!ctx) {
         return make_exception_future<std::shared_ptr<connection_ref>>(
@@ -352,7 +378,11 @@ future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& ad
         rdma_destroy_id(id);
         return make_exception_future<std::shared_ptr<connection_ref>>(std::current_exception());
     }
-    return c->start_connect(addr);
+    auto f = c->start_connect(addr);
+    if (as && !f.available()) {
+        c->abort_setup_on(*as);
+    }
+    return f;
 }
 
 // --- connection_impl: setup and teardown
@@ -368,6 +398,8 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
     , _depth(std::max(8u, opts.send_queue_depth))
     , _slots(std::make_unique<send_slot[]>(_depth)) {
     _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
+    _opts.idle_credits = std::clamp(_opts.idle_credits, 1u, _opts.credits);
+    _window = _opts.idle_credits;
     // At least 2: a credit-only message that returns one control credit must not be answered
     // by another (two idle peers with one control credit each would bounce them forever).
     _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 2u, max_imm_ctrl_credits);
@@ -387,6 +419,14 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
 connection_impl::~connection_impl() {
     _setup_timer.cancel();
     _close_timer.cancel();
+}
+
+void connection_impl::abort_setup_on(abort_source& as) {
+    _setup_abort = as.subscribe([this](const std::exception_ptr& ex) {
+        if (_connect_promise) {
+            close(ex); // fails the connect with the abort's reason, then frees the id and QP
+        }
+    });
 }
 
 std::shared_ptr<connection_ref> connection_impl::make_ref() {
@@ -427,7 +467,7 @@ void connection_impl::graceful_close() noexcept {
 conn_params connection_impl::local_params() const noexcept {
     conn_params p;
     p.recv_buffer_size = uint32_t(_ctx->srq().buffer_size());
-    p.credits = uint16_t(_opts.credits);
+    p.credits = uint16_t(_window);
     p.ctrl_credits = uint16_t(_opts.ctrl_credits);
     p.region = _opts.region;
     return p;
@@ -458,7 +498,7 @@ void connection_impl::create_qp() {
     _ctx->register_qp(_qp->qp_num, this);
     _qp_registered = true;
     // Receives for what the peer may send right away: its credits and control credits.
-    unsigned want = _opts.credits + _opts.ctrl_credits;
+    unsigned want = _window + _opts.ctrl_credits;
     unsigned got = _ctx->srq().reserve(want, true);
     if (got < want) {
         _ctx->srq().release(got);
@@ -468,7 +508,7 @@ void connection_impl::create_qp() {
                         "at its watermark or SRQ full)",
                         _shard, got, want));
     }
-    _granted = _opts.credits;
+    _granted = _window;
     _ctrl_granted = _opts.ctrl_credits;
 }
 
@@ -620,6 +660,7 @@ void connection_impl::established(const cm_event& ev) noexcept {
     if (_active) {
         auto pr = std::move(*_connect_promise);
         _connect_promise.reset();
+        _setup_abort = {};
         pr.set_value(make_ref());
     } else if (_acceptor) {
         acceptor* a = std::exchange(_acceptor, nullptr);
@@ -678,6 +719,7 @@ void connection_impl::close(std::exception_ptr why) noexcept {
     if (_connect_promise) {
         auto pr = std::move(*_connect_promise);
         _connect_promise.reset();
+        _setup_abort = {};
         pr.set_exception(_error);
     }
     if (_acceptor) {

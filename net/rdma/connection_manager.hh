@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/options.hh"
@@ -64,14 +65,16 @@ private:
 class acceptor {
 public:
     /// An acceptor on `ctx`'s shard for group `g` (`listen_on` makes it a member); accepted
-    /// connections get `opts`.
-    acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts);
+    /// connections get `opts`; at most `backlog` wait for `accept()` (set up or being set up).
+    acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts,
+             unsigned backlog);
     ~acceptor();
     acceptor(const acceptor&) = delete;
     acceptor& operator=(const acceptor&) = delete;
 
-    /// The next established connection.
-    future<std::shared_ptr<connection_ref>> accept();
+    /// The next established connection; when `as` aborts first, fails at once with its reason
+    /// (the acceptor keeps listening).
+    future<std::shared_ptr<connection_ref>> accept(abort_source* as = nullptr);
     /// Fails a pending accept and stops accepting (leaves the group).
     void abort_accept() noexcept;
     /// Leaves the group; resolves when the listening id is gone if this was the last member.
@@ -96,8 +99,10 @@ private:
     uint64_t _id;
     std::shared_ptr<listener_group> _group;
     connection_options _opts;
+    unsigned _backlog;
     std::deque<std::shared_ptr<connection_ref>> _ready;
     std::optional<promise<std::shared_ptr<connection_ref>>> _waiter;
+    abort_source::subscription _waiter_abort; // of the pending accept
     std::vector<connection_impl*> _pending;
     bool _closed = false;
     std::exception_ptr _abort;
@@ -105,11 +110,14 @@ private:
 
 /// Listens on `addr` from the calling shard (joining the group of the same address if another
 /// shard already listens). Throws connection_error.
+/// `backlog` is rdma_cm's; `accept_backlog` bounds the connections this shard holds for
+/// `accept()`.
 std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
-                                    int backlog);
-/// Connects from the calling shard.
-future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& addr,
-                                                   const connection_options& opts);
+                                    int backlog, unsigned accept_backlog);
+/// Connects from the calling shard; `as` (if given) aborts the setup: the future fails at once
+/// with its reason and the half-made connection is torn down.
+future<std::shared_ptr<connection_ref>>
+connect_to(const net::socket_address& addr, const connection_options& opts, abort_source* as = nullptr);
 /// Closes `a` (used by rdma::stop for acceptors the application did not close).
 future<> close_acceptor(acceptor* a) noexcept;
 /// The acceptor of the calling shard with this id, if it is still open.

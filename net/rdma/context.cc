@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include <fcntl.h>
+#include <fmt/format.h>
 
 namespace shoal::net::rdma {
 
@@ -200,6 +201,10 @@ void shard_context::add_connection(internal::connection_impl* c, unsigned send_q
     }
     if (_device_failure) {
         std::rethrow_exception(_device_failure);
+    }
+    if (_connections.size() >= _opts.max_connections) {
+        throw connection_error(
+            fmt::format("connection limit of {} reached on shard {}", _opts.max_connections, _shard));
     }
     _cq->ensure_capacity(_cq_reserved + send_queue_depth);
     _cq_reserved += send_queue_depth;

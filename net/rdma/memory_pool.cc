@@ -60,17 +60,12 @@ size_t buffer::capacity() const noexcept {
 net::temporary_buffer buffer::into_temporary_buffer(size_t length) && noexcept {
     internal::buffer_desc* d = std::exchange(_d, nullptr);
     assert(d && length <= d->pool->_classes[d->size_class].size);
-    if (d->needs_ref) {
-        d->ref();
-        d->needs_ref = false;
-    }
-    return net::temporary_buffer(d->data, length, d);
+    return net::temporary_buffer(d->data, length, d); // the buffer's reference moves over
 }
 
 void buffer::reset() noexcept {
     if (_d) {
-        internal::buffer_desc* d = std::exchange(_d, nullptr);
-        d->pool->free(d);
+        std::exchange(_d, nullptr)->unref(); // the last reference frees it (release)
     }
 }
 
@@ -259,6 +254,10 @@ buffer memory_pool::try_allocate(size_t size, bool optional) noexcept {
     internal::buffer_desc* d = c.free;
     c.free = d->next_free;
     d->next_free = nullptr;
+    if (d->needs_ref) { // its count reached zero when it was freed: the new buffer's reference
+        d->ref();
+        d->needs_ref = false;
+    }
     ++_stats.allocations;
     ++_stats.in_use_buffers;
     _stats.in_use_bytes += c.size;

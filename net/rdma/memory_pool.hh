@@ -1,5 +1,6 @@
 #pragma once
 
+#include "net/rdma/memory_region.hh"
 #include "net/temporary_buffer.hh"
 
 #include <cstddef>
@@ -47,8 +48,9 @@ struct pool_stats {
 };
 
 namespace internal {
-/// The bookkeeping of one pool buffer; it is also the `buffer_owner` of the temporary_buffers
-/// made from it, so handing received memory to a reader allocates nothing.
+/// The bookkeeping of one pool buffer; it is also the `buffer_owner` of the `buffer`, the
+/// temporary_buffers and the holds (`memory_hold`) made from it, so handing received memory to
+/// a reader allocates nothing. The memory returns to the pool when the last reference goes.
 class buffer_desc final : public net::buffer_owner {
 public:
     char* data = nullptr;
@@ -65,8 +67,8 @@ private:
 } // namespace internal
 
 /// A buffer of registered memory from a shard's pool (RAII, move-only). Destroying it, or the
-/// last temporary_buffer made from it, returns it to its pool, on its own shard (a buffer freed
-/// on another shard travels home).
+/// last temporary_buffer, span or export made from it, returns it to its pool, on its own shard
+/// (a buffer freed on another shard travels home).
 class buffer {
 public:
     buffer() noexcept = default;
@@ -91,6 +93,8 @@ public:
     uint32_t lkey() const noexcept { return _d->lkey; }
     /// True when it holds a buffer.
     explicit operator bool() const noexcept { return _d != nullptr; }
+    /// A new reference on the buffer's memory (see `memory_hold`); empty for an empty buffer.
+    memory_hold hold() const noexcept { return memory_hold(_d); }
 
     /// Gives the buffer up as a temporary_buffer of its first `length` bytes, without copying;
     /// the memory returns to the pool when the last reference (slices included) is dropped.

@@ -42,7 +42,7 @@ local_span span_of(const buffer& b, size_t offset, size_t len) {
         throw std::out_of_range(fmt::format("span of {} bytes at offset {} of a {}-byte pool buffer", len,
                                             offset, b ? b.capacity() : 0));
     }
-    return {b.data() + offset, uint32_t(len), b.lkey()};
+    return {b.data() + offset, uint32_t(len), b.lkey(), b.hold()};
 }
 
 memory_region register_memory(void* addr, size_t len, access a) {
@@ -86,24 +86,102 @@ exported_region export_region(const buffer& b, access a, size_t offset, size_t l
         throw std::out_of_range(fmt::format("export_region: {} bytes at offset {} of a {}-byte buffer", len,
                                             offset, b.capacity()));
     }
-    return export_region(b.data() + offset, len, a);
+    if (a == access::none) {
+        throw std::invalid_argument("export_region: grant at least one remote access right");
+    }
+    return exported_region(register_memory(b.data() + offset, len, a), b.hold());
 }
 
 } // namespace shoal::net::rdma
 
 namespace shoal::net::rdma::internal {
 
-namespace {
-template <typename T = void>
-future<T> out_of_region(const char* op, uint64_t len, uint64_t offset, const remote_region& rr) {
-    return make_exception_future<T>(std::out_of_range(
-        fmt::format("RDMA {} of {} bytes at offset {} is outside the remote region of {} bytes", op, len,
-                    offset, rr.length)));
-}
-} // namespace
-
 bool connection_impl::can_issue(bool needs_credit) const noexcept {
     return free_slots() > 1 && (!needs_credit || free_credits() > 0);
+}
+
+std::exception_ptr connection_impl::check_transfer(const char* op, uint64_t len, const remote_region& rr,
+                                                   uint64_t offset) const {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!usable()) {
+        return _error ? _error : closed_error();
+    }
+    if (offset > rr.length || len > rr.length - offset) {
+        return std::make_exception_ptr(std::out_of_range(
+            fmt::format("RDMA {} of {} bytes at offset {} is outside the remote region of {} bytes", op, len,
+                        offset, rr.length)));
+    }
+    return nullptr;
+}
+
+std::exception_ptr connection_impl::check_atomic(const char* op, const remote_region& rr,
+                                                 uint64_t offset) const {
+    if (auto ex = check_transfer(op, 8, rr, offset)) {
+        return ex;
+    }
+    if ((rr.addr + offset) % 8) {
+        return std::make_exception_ptr(std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
+    }
+    return nullptr;
+}
+
+template <typename T, typename Issue>
+future<T> connection_impl::start_op(bool needs_credit, Issue issue) {
+    if (must_wait(needs_credit)) {
+        return wait_turn(needs_credit).then(std::move(issue));
+    }
+    return issue();
+}
+
+template <typename T, typename Issue>
+future<T> connection_impl::start_abortable(abort_source& as, bool needs_credit, Issue issue) {
+    if (as.abort_requested()) {
+        return make_exception_future<T>(as.abort_exception());
+    }
+    // The caller's future is settled by the operation's result or by the abort, whichever comes
+    // first. A posted operation cannot be taken back (verbs has no such call): it runs to its
+    // completion, its send slot holding its memory until then.
+    struct race {
+        promise<T> pr;
+        abort_source::subscription sub;
+        std::exception_ptr aborted;
+        bool settled = false;
+    };
+    auto r = std::make_shared<race>();
+    future<T> f =
+        must_wait(needs_credit)
+            ? wait_turn(needs_credit)
+                  .then([this, r, needs_credit, hold = make_ref(), issue = std::move(issue)]() mutable {
+                      if (r->aborted) {
+                          // Aborted while queued: never posted; its turn goes to the next one.
+                          take_turn(needs_credit);
+                          serve_senders();
+                          return make_exception_future<T>(r->aborted);
+                      }
+                      return issue();
+                  })
+            : issue();
+    if (f.available()) {
+        return f;
+    }
+    r->sub = as.subscribe([r](const std::exception_ptr& ex) {
+        if (!r->settled) {
+            r->settled = true;
+            r->aborted = ex;
+            r->pr.set_exception(ex);
+        }
+    });
+    auto out = r->pr.get_future();
+    (void)std::move(f).then_wrapped([r](future<T> res) {
+        r->sub = {};
+        if (r->settled) {
+            res.ignore_ready_future(); // the caller got the abort already
+            return;
+        }
+        r->settled = true;
+        std::move(res).forward_to(std::move(r->pr));
+    });
+    return out;
 }
 
 send_slot& connection_impl::prepare_one_sided(send_slot::op kind, const local_span& local,
@@ -115,6 +193,9 @@ send_slot& connection_impl::prepare_one_sided(send_slot::op kind, const local_sp
     if (local.length == 0) {
         s.wr.num_sge = 0;
     }
+    // The slot holds the span's pool memory until the completion (a flush at teardown included),
+    // so an abandoned or aborted operation never lands in memory handed out again.
+    s.held = memory_hold(local.hold).into_temporary_buffer(local.addr, local.length);
     s.wr.wr.rdma.remote_addr = rr.addr + offset;
     s.wr.wr.rdma.rkey = rr.rkey;
     ++_stats.one_sided_ops;
@@ -126,20 +207,22 @@ uint64_t* connection_impl::atomic_result(const send_slot& s) noexcept {
 }
 
 future<> connection_impl::read(local_span dst, const remote_region& src, uint64_t offset) {
-    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (!usable()) {
-        return make_exception_future<>(_error ? _error : closed_error());
+    if (auto ex = check_transfer("READ", dst.length, src, offset)) {
+        return make_exception_future<>(ex);
     }
-    if (offset > src.length || dst.length > src.length - offset) {
-        return out_of_region("READ", dst.length, offset, src);
-    }
-    if (must_wait(false)) {
-        return wait_turn(false).then([this, dst, src, offset] { return issue_read(dst, src, offset); });
-    }
-    return issue_read(dst, src, offset);
+    return start_op<void>(false,
+                          [this, dst = std::move(dst), src, offset] { return issue_read(dst, src, offset); });
 }
 
-future<> connection_impl::issue_read(local_span dst, const remote_region& src, uint64_t offset) {
+future<> connection_impl::read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as) {
+    if (auto ex = check_transfer("READ", dst.length, src, offset)) {
+        return make_exception_future<>(ex);
+    }
+    return start_abortable<void>(
+        as, false, [this, dst = std::move(dst), src, offset] { return issue_read(dst, src, offset); });
+}
+
+future<> connection_impl::issue_read(const local_span& dst, const remote_region& src, uint64_t offset) {
     take_turn(false);
     send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);
     s.wr.opcode = IBV_WR_RDMA_READ;
@@ -150,20 +233,22 @@ future<> connection_impl::issue_read(local_span dst, const remote_region& src, u
 }
 
 future<> connection_impl::write(local_span src, const remote_region& dst, uint64_t offset) {
-    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (!usable()) {
-        return make_exception_future<>(_error ? _error : closed_error());
+    if (auto ex = check_transfer("WRITE", src.length, dst, offset)) {
+        return make_exception_future<>(ex);
     }
-    if (offset > dst.length || src.length > dst.length - offset) {
-        return out_of_region("WRITE", src.length, offset, dst);
-    }
-    if (must_wait(false)) {
-        return wait_turn(false).then([this, src, dst, offset] { return issue_write(src, dst, offset); });
-    }
-    return issue_write(src, dst, offset);
+    return start_op<void>(
+        false, [this, src = std::move(src), dst, offset] { return issue_write(src, dst, offset); });
 }
 
-future<> connection_impl::issue_write(local_span src, const remote_region& dst, uint64_t offset) {
+future<> connection_impl::write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as) {
+    if (auto ex = check_transfer("WRITE", src.length, dst, offset)) {
+        return make_exception_future<>(ex);
+    }
+    return start_abortable<void>(
+        as, false, [this, src = std::move(src), dst, offset] { return issue_write(src, dst, offset); });
+}
+
+future<> connection_impl::issue_write(const local_span& src, const remote_region& dst, uint64_t offset) {
     take_turn(false);
     send_slot& s = prepare_one_sided(send_slot::op::write, src, dst, offset);
     s.wr.opcode = IBV_WR_RDMA_WRITE;
@@ -178,22 +263,26 @@ future<> connection_impl::issue_write(local_span src, const remote_region& dst, 
 
 future<> connection_impl::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
                                          uint32_t imm) {
-    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (!usable()) {
-        return make_exception_future<>(_error ? _error : closed_error());
+    if (auto ex = check_transfer("WRITE_WITH_IMM", src.length, dst, offset)) {
+        return make_exception_future<>(ex);
     }
-    if (offset > dst.length || src.length > dst.length - offset) {
-        return out_of_region("WRITE_WITH_IMM", src.length, offset, dst);
-    }
-    if (must_wait(true)) {
-        return wait_turn(true).then(
-            [this, src, dst, offset, imm] { return issue_write_with_imm(src, dst, offset, imm); });
-    }
-    return issue_write_with_imm(src, dst, offset, imm);
+    return start_op<void>(true, [this, src = std::move(src), dst, offset, imm] {
+        return issue_write_with_imm(src, dst, offset, imm);
+    });
 }
 
-future<> connection_impl::issue_write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
-                                               uint32_t imm) {
+future<> connection_impl::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
+                                         uint32_t imm, abort_source& as) {
+    if (auto ex = check_transfer("WRITE_WITH_IMM", src.length, dst, offset)) {
+        return make_exception_future<>(ex);
+    }
+    return start_abortable<void>(as, true, [this, src = std::move(src), dst, offset, imm] {
+        return issue_write_with_imm(src, dst, offset, imm);
+    });
+}
+
+future<> connection_impl::issue_write_with_imm(const local_span& src, const remote_region& dst,
+                                               uint64_t offset, uint32_t imm) {
     take_turn(true);
     send_slot& s = prepare_one_sided(send_slot::op::write_imm, src, dst, offset);
     s.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -209,21 +298,19 @@ future<> connection_impl::issue_write_with_imm(local_span src, const remote_regi
 }
 
 future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
-    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (!usable()) {
-        return make_exception_future<uint64_t>(_error ? _error : closed_error());
+    if (auto ex = check_atomic("FETCH_AND_ADD", dst, offset)) {
+        return make_exception_future<uint64_t>(ex);
     }
-    if (offset > dst.length || 8 > dst.length - offset) {
-        return out_of_region<uint64_t>("FETCH_AND_ADD", 8, offset, dst);
+    return start_op<uint64_t>(false, [this, dst, offset, add] { return issue_fetch_add(dst, offset, add); });
+}
+
+future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add,
+                                            abort_source& as) {
+    if (auto ex = check_atomic("FETCH_AND_ADD", dst, offset)) {
+        return make_exception_future<uint64_t>(ex);
     }
-    if ((dst.addr + offset) % 8) {
-        return make_exception_future<uint64_t>(
-            std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
-    }
-    if (must_wait(false)) {
-        return wait_turn(false).then([this, dst, offset, add] { return issue_fetch_add(dst, offset, add); });
-    }
-    return issue_fetch_add(dst, offset, add);
+    return start_abortable<uint64_t>(as, false,
+                                     [this, dst, offset, add] { return issue_fetch_add(dst, offset, add); });
 }
 
 future<uint64_t> connection_impl::issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
@@ -251,23 +338,22 @@ future<uint64_t> connection_impl::issue_fetch_add(const remote_region& dst, uint
 
 future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                                uint64_t desired) {
-    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (!usable()) {
-        return make_exception_future<uint64_t>(_error ? _error : closed_error());
+    if (auto ex = check_atomic("COMPARE_AND_SWAP", dst, offset)) {
+        return make_exception_future<uint64_t>(ex);
     }
-    if (offset > dst.length || 8 > dst.length - offset) {
-        return out_of_region<uint64_t>("COMPARE_AND_SWAP", 8, offset, dst);
+    return start_op<uint64_t>(false, [this, dst, offset, expected, desired] {
+        return issue_compare_swap(dst, offset, expected, desired);
+    });
+}
+
+future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                               uint64_t desired, abort_source& as) {
+    if (auto ex = check_atomic("COMPARE_AND_SWAP", dst, offset)) {
+        return make_exception_future<uint64_t>(ex);
     }
-    if ((dst.addr + offset) % 8) {
-        return make_exception_future<uint64_t>(
-            std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
-    }
-    if (must_wait(false)) {
-        return wait_turn(false).then([this, dst, offset, expected, desired] {
-            return issue_compare_swap(dst, offset, expected, desired);
-        });
-    }
-    return issue_compare_swap(dst, offset, expected, desired);
+    return start_abortable<uint64_t>(as, false, [this, dst, offset, expected, desired] {
+        return issue_compare_swap(dst, offset, expected, desired);
+    });
 }
 
 future<uint64_t> connection_impl::issue_compare_swap(const remote_region& dst, uint64_t offset,

@@ -20,8 +20,14 @@ namespace shoal::net::rdma {
 struct connection_options {
     /// Send work requests a connection may have outstanding (its send queue depth, >= 8).
     unsigned send_queue_depth = 128;
-    /// Receive window: messages the peer may send before this side returns credits.
+    /// Largest receive window: messages the peer may send before this side returns credits.
     unsigned credits = 16;
+    /// Receive window of a connection whose peer is not sending (and its first window), at most
+    /// `credits`. Below `credits` the window opens (doubling) while the peer runs low on credits
+    /// and closes back (halving) after a window of messages where it did not; an idle connection
+    /// pins `idle_credits + ctrl_credits` shared receives. The default keeps the full window
+    /// (see docs/rdma.md, "Limits and scale": 2 is what holds 1,000 idle connections per shard).
+    unsigned idle_credits = 16;
     /// Receives reserved for the peer's credit-only messages.
     unsigned ctrl_credits = 2;
     /// Every k-th send is signaled (others are unsignaled and retired by the next signaled).
@@ -56,8 +62,11 @@ struct options {
     /// flight, so the default covers one such peer; the SRQ limit event refills the slack when
     /// half of it is gone.
     unsigned srq_slack = 128;
-    /// Initial CQ entries of a shard (the CQ grows as connections are added).
+    /// Initial CQ entries of a shard (the CQ grows by each connection's send queue depth).
     unsigned cq_size = 4096;
+    /// Connections (accepted and connecting) a shard holds at most; beyond it connects fail
+    /// and connect requests are rejected with "connection limit of N reached on shard S".
+    unsigned max_connections = 4096;
     /// Completions taken per ibv_poll_cq.
     unsigned cq_batch = 32;
     /// Defaults of connect/listen.

@@ -280,6 +280,25 @@ bool connection_impl::consume_data_credit() noexcept {
     return true;
 }
 
+void connection_impl::adapt_window() noexcept {
+    // The peer is busy when this message left it less than a quarter of the window (credits
+    // coming back travel on data or, at half a window, on a message of their own, so a calm
+    // peer stays well above that). Busy: the window doubles, up to `credits`. A whole window of
+    // messages without the peer running low: it halves, down to `idle_credits` (the credits
+    // above it are not given back as they are used, so their receives are released).
+    const uint32_t peer_has = _granted - _credits_to_return;
+    if (peer_has * 4 < _window) {
+        _calm = 0;
+        if (_window < _opts.credits) {
+            _window = std::min(_opts.credits, _window * 2);
+            grant_credits();
+        }
+    } else if (++_calm >= _window && _window > _opts.idle_credits) {
+        _calm = 0;
+        _window = std::max(_opts.idle_credits, _window / 2);
+    }
+}
+
 void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
     auto protocol_error = [&](const std::string& what) {
@@ -303,6 +322,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         }
         ++_stats.immediates_received;
         ++_unconsumed;
+        adapt_window();
         deliver_immediate(ntohl(wc.imm_data));
         return; // the buffer was not used: it is reposted
     }
@@ -350,6 +370,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         ++_stats.messages_received;
         _stats.bytes_received += wc.byte_len;
         ++_unconsumed;
+        adapt_window();
         if (_input_closed || wc.byte_len == 0) {
             consumed(1); // nobody will read it: the buffer is reposted, the credit returned
         } else {
@@ -374,7 +395,7 @@ void connection_impl::grant_credits() noexcept {
     if (_state != state::established && _state != state::connecting) {
         return;
     }
-    uint32_t window = _opts.credits;
+    uint32_t window = _window;
     if (_granted + _unconsumed >= window) {
         return;
     }
@@ -401,7 +422,7 @@ bool connection_impl::retry_credits() noexcept {
         _starved = false;
         return true;
     }
-    uint32_t window = _opts.credits;
+    uint32_t window = _window;
     uint32_t want = _granted + _unconsumed < window ? window - _granted - _unconsumed : 0;
     uint32_t got = want ? _ctx->srq().reserve(want) : 0;
     _granted += got;
@@ -445,7 +466,7 @@ void connection_impl::maybe_queue_ctrl() noexcept {
     // rxe, a system call that runs the protocol). So they get one only when the peer is down to
     // half its window: in request/response traffic the next reply carries them, and a one-way
     // sender still has half a window in flight while they travel.
-    uint32_t window = _opts.credits;
+    uint32_t window = _window;
     uint32_t peer_has = _granted - _credits_to_return;
     bool credits_due = _credits_to_return > 0 && peer_has <= window / 2;
     bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;

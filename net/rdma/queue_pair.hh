@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/timer.hh"
 #include "net/rdma/cm_event.hh"
@@ -136,6 +137,9 @@ public:
     // --- setup (connection_manager.cc)
     /// Active side: resolves, connects; the future yields the connection once established.
     future<std::shared_ptr<connection_ref>> start_connect(const net::socket_address& to);
+    /// Active side: an abort of `as` before the connection is established fails the connect
+    /// with the abort's reason and tears the connection down.
+    void abort_setup_on(abort_source& as);
     /// Passive side: creates the QP for a request carrying `peer` and accepts it; once
     /// established the connection is handed to `a`. Throws (the caller rejects).
     void accept(const conn_params& peer, const cm_event& request, acceptor* a);
@@ -204,6 +208,14 @@ public:
     /// See `rdma::connection::compare_swap`; the remote address must be 8-byte aligned.
     future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                   uint64_t desired);
+    /// The operations above, cancelled by `as`: see `rdma::connection`.
+    future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as);
+    future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as);
+    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
+                            abort_source& as);
+    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add, abort_source& as);
+    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                  uint64_t desired, abort_source& as);
     /// See `rdma::connection::next_immediate`; one waiter at a time.
     future<uint32_t> next_immediate();
 
@@ -284,6 +296,9 @@ private:
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
     bool consume_data_credit() noexcept;
+    /// After a data message: opens the receive window while the peer runs low on credits, closes
+    /// it towards `idle_credits` after a window of messages where it did not.
+    void adapt_window() noexcept;
     void consumed(unsigned n) noexcept;
     void grant_credits() noexcept;
     /// Wakes up to `max` queued one-sided operations whose turn came (in call order).
@@ -308,13 +323,26 @@ private:
 
     // one-sided helpers (one_sided.cc)
     bool can_issue(bool needs_credit) const noexcept;
+    /// Why a transfer of `len` bytes at `offset` of `rr` cannot start (null: it can).
+    std::exception_ptr check_transfer(const char* op, uint64_t len, const remote_region& rr,
+                                      uint64_t offset) const;
+    /// Why an atomic at `offset` of `rr` cannot start (null: it can).
+    std::exception_ptr check_atomic(const char* op, const remote_region& rr, uint64_t offset) const;
+    /// Calls `issue` now, or at the operation's turn (see `wait_turn`).
+    template <typename T, typename Issue>
+    future<T> start_op(bool needs_credit, Issue issue);
+    /// `start_op`, but the returned future fails at once when `as` aborts (see
+    /// `rdma::connection`); an operation still queued then is never posted.
+    template <typename T, typename Issue>
+    future<T> start_abortable(abort_source& as, bool needs_credit, Issue issue);
     send_slot& prepare_one_sided(send_slot::op kind, const local_span& local, const remote_region& rr,
                                  uint64_t offset) noexcept;
     uint64_t* atomic_result(const send_slot& s) noexcept;
     // Post one operation now (its turn has come and a slot, and credit, is free).
-    future<> issue_read(local_span dst, const remote_region& src, uint64_t offset);
-    future<> issue_write(local_span src, const remote_region& dst, uint64_t offset);
-    future<> issue_write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
+    future<> issue_read(const local_span& dst, const remote_region& src, uint64_t offset);
+    future<> issue_write(const local_span& src, const remote_region& dst, uint64_t offset);
+    future<> issue_write_with_imm(const local_span& src, const remote_region& dst, uint64_t offset,
+                                  uint32_t imm);
     future<uint64_t> issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
     future<uint64_t> issue_compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                         uint64_t desired);
@@ -361,6 +389,7 @@ private:
 
     // setup
     std::optional<promise<std::shared_ptr<connection_ref>>> _connect_promise;
+    abort_source::subscription _setup_abort; // of the pending connect
     acceptor* _acceptor = nullptr;
     timer<> _setup_timer;
     timer<> _close_timer;
@@ -390,6 +419,8 @@ private:
     uint32_t _send_credits = 0;
     uint32_t _send_ctrl_credits = 0;
     // credits: what the peer may send (receives reserved in the SRQ for it)
+    uint32_t _window = 0;       // receive window now (idle_credits..credits, see adapt_window)
+    uint32_t _calm = 0;         // messages since the peer last ran low on credits
     uint32_t _granted = 0;      // data credits reserved for the peer (incl. not yet returned)
     uint32_t _ctrl_granted = 0; // control credits reserved for the peer
     uint32_t _credits_to_return = 0;

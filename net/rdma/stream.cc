@@ -491,6 +491,14 @@ future<connection> listener::accept() {
         [](std::shared_ptr<internal::connection_ref> ref) { return connection(std::move(ref)); });
 }
 
+future<connection> listener::accept(abort_source& as) {
+    if (!_a) {
+        return make_exception_future<connection>(std::logic_error("rdma::listener::accept: not listening"));
+    }
+    return _a->accept(&as).then(
+        [](std::shared_ptr<internal::connection_ref> ref) { return connection(std::move(ref)); });
+}
+
 void listener::abort_accept() {
     if (_a) {
         _a->abort_accept();
@@ -506,11 +514,19 @@ net::socket_address listener::local_address() const {
 
 listener listen_rc(const net::socket_address& addr, const listen_options& opts) {
     shard_context& ctx = shard_context::local();
-    return listener(internal::listen_on(addr, opts.connection.value_or(ctx.opts().connection), opts.backlog));
+    return listener(internal::listen_on(addr, opts.connection.value_or(ctx.opts().connection), opts.backlog,
+                                        opts.accept_backlog));
 }
 
 future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts) {
     return internal::connect_to(addr, opts).then([](std::shared_ptr<internal::connection_ref> ref) {
+        return connection(std::move(ref));
+    });
+}
+
+future<connection> connect_rc(const net::socket_address& addr, const connection_options& opts,
+                              abort_source& as) {
+    return internal::connect_to(addr, opts, &as).then([](std::shared_ptr<internal::connection_ref> ref) {
         return connection(std::move(ref));
     });
 }

@@ -95,7 +95,8 @@ TEST(cm, errors_are_exceptional_futures_with_clear_messages) {
         auto a = addr(next_port());
         rdma::listen_options lo;
         lo.connection = rdma::shard_context::local().opts().connection;
-        lo.connection->credits = 60000; // more than the SRQ holds
+        lo.connection->credits = 60000; // more than the SRQ holds, from the first window on
+        lo.connection->idle_credits = 60000;
         rdma::listener l = rdma::listen_rc(a, lo);
         std::vector<std::string> words4{"rejected by the peer", "receive buffers"};
         auto attempt5 = rdma::connect_rc(a);

@@ -1,0 +1,262 @@
+// Limits and scale (Soft-RoCE guest): the accept backlog and the per-shard connection cap
+// reject with a reason the connecting side sees; one shard holds many idle connections in
+// bounded registered memory; a connection's receive window opens while its peer is busy and
+// closes back to the idle window when it calms down.
+#include "rdma_test_util.hh"
+
+#include "core/timer.hh"
+
+#include <cstdio>
+#include <cstdlib>
+
+using namespace shoal;
+using namespace shoal::rdma_test;
+
+namespace {
+
+/// The message of the exception `f` fails with ("" when it succeeds).
+template <typename T>
+future<std::string> error_of(future<T> f) {
+    try {
+        (void)co_await std::move(f);
+    } catch (const std::exception& e) {
+        co_return std::string(e.what());
+    }
+    co_return std::string();
+}
+
+thread_local std::vector<rdma::connection> shard_connections;
+
+/// Connects `n` times to `a` from the calling shard, `parallel` at a time; keeps them.
+future<> connect_many(net::socket_address a, unsigned n, unsigned parallel, rdma::connection_options o) {
+    unsigned started = 0;
+    while (started < n) {
+        std::vector<future<rdma::connection>> batch;
+        for (unsigned i = 0; i < parallel && started < n; ++i, ++started) {
+            batch.push_back(rdma::connect_rc(a, o));
+        }
+        for (auto& f : batch) {
+            shard_connections.push_back(co_await std::move(f));
+        }
+    }
+}
+
+/// A listener on the calling shard offering a small exported region (for WRITE_WITH_IMM) to the
+/// connections it accepts, at most `backlog` of them waiting.
+struct offering_listener {
+    rdma::buffer mem;
+    rdma::exported_region exported; // revoked before `mem` goes
+    rdma::listener l;
+
+    offering_listener(net::socket_address a, unsigned backlog) {
+        auto& ctx = rdma::shard_context::local();
+        mem = ctx.pool().allocate(64);
+        exported = rdma::export_region(mem, rdma::access::remote_write);
+        rdma::listen_options lo;
+        lo.connection = ctx.opts().connection;
+        lo.connection->region = exported.descriptor();
+        lo.accept_backlog = backlog;
+        l = rdma::listen_rc(a, lo);
+    }
+};
+
+} // namespace
+
+TEST(limits, a_full_accept_backlog_rejects_with_its_reason) {
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        rdma::listen_options lo;
+        lo.accept_backlog = 3;
+        rdma::listener l = rdma::listen_rc(a, lo);
+        // Nobody accepts: three connections wait in the backlog, the fourth is turned away.
+        std::string err = co_await submit_to(1, [a]() -> future<std::string> {
+            co_await connect_many(a, 3, 1, rdma::shard_context::local().opts().connection);
+            co_return co_await error_of(rdma::connect_rc(a));
+        });
+        EXPECT_NE(err.find("accept backlog of 3 full on shard 0"), std::string::npos) << err;
+        // Taking one makes room for one.
+        rdma::connection first = co_await l.accept();
+        EXPECT_TRUE(first.usable());
+        std::string second = co_await submit_to(1, [a] { return error_of(rdma::connect_rc(a)); });
+        EXPECT_EQ(second, "");
+        first = rdma::connection();
+        co_await submit_to(1, [] { shard_connections.clear(); });
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(limits, the_per_shard_connection_cap_rejects_with_its_reason) {
+    rdma::options o = test_options();
+    o.max_connections = 3;
+    int rc = run_rdma(
+        3,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            rdma::listener l = rdma::listen_rc(a); // accepted connections stay in its backlog
+            // Shard 1 fills shard 0 (and itself) up to the cap.
+            co_await submit_to(
+                1, [a] { return connect_many(a, 3, 1, rdma::shard_context::local().opts().connection); });
+            EXPECT_EQ(rdma::shard_context::local().stats().connections, 3u);
+            // Shard 2 has room, shard 0 has not: rejected by the peer, with the reason.
+            std::string remote = co_await submit_to(2, [a] { return error_of(rdma::connect_rc(a)); });
+            EXPECT_NE(remote.find("rejected by the peer: connection limit of 3 reached on shard 0"),
+                      std::string::npos)
+                << remote;
+            // Shard 1 itself is full: refused locally.
+            std::string local = co_await submit_to(1, [a] { return error_of(rdma::connect_rc(a)); });
+            EXPECT_NE(local.find("connection limit of 3 reached on shard 1"), std::string::npos) << local;
+            co_await submit_to(1, [] { shard_connections.clear(); });
+            l.abort_accept();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+unsigned idle_connection_count() {
+    if (const char* v = std::getenv("SHOAL_RDMA_IDLE_CONNECTIONS")) {
+        return unsigned(std::strtoul(v, nullptr, 10));
+    }
+    return 1000;
+}
+
+/// What the receive side of shard 0 pins: receives promised to peers and pool memory in use.
+struct footprint {
+    unsigned committed;
+    uint64_t in_use_bytes;
+    uint64_t registered_bytes;
+};
+
+footprint measure() {
+    auto& ctx = rdma::shard_context::local();
+    return {ctx.srq().committed(), ctx.pool().stats().in_use_bytes, ctx.pool().stats().registered_bytes};
+}
+
+} // namespace
+
+TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
+    const unsigned n = idle_connection_count();
+    rdma::options o = test_options();
+    // Small per-connection costs: a send queue of 16 (each connection grows the CQ by it; rxe's
+    // CQ holds at most 32767 entries) and 4 KiB receive buffers; an SRQ with room for every
+    // connection's idle window (2 data + 2 control credits) plus the slack.
+    o.connection.send_queue_depth = 16;
+    o.connection.idle_credits = 2;
+    o.recv_buffer_size = 4096;
+    o.srq_size = 4 * n + 1024;
+    o.pool.max_bytes = size_t(128) << 20;
+    const unsigned per_conn = o.connection.idle_credits + o.connection.ctrl_credits;
+    int rc = run_rdma(
+        2,
+        [n, per_conn]() -> future<> {
+            const auto a = addr(next_port());
+            auto& ctx = rdma::shard_context::local();
+            offering_listener srv(a, n);
+            rdma::listener& l = srv.l;
+            const footprint before = measure();
+            auto start = std::chrono::steady_clock::now();
+            co_await submit_to(
+                1, [a, n] { return connect_many(a, n, 16, rdma::shard_context::local().opts().connection); });
+            for (unsigned i = 0; i < n; ++i) {
+                shard_connections.push_back(co_await l.accept());
+            }
+            auto setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - start);
+            EXPECT_EQ(ctx.stats().connections, n);
+            // Idle: each connection holds its idle window and control credits, nothing more.
+            RDMA_CHECK(
+                co_await eventually([&] { return measure().committed == before.committed + n * per_conn; }));
+            const footprint idle = measure();
+            const size_t rb = ctx.srq().buffer_size();
+            const uint64_t bound = uint64_t(n * per_conn + ctx.srq().slack()) * rb;
+            EXPECT_LE(idle.in_use_bytes - before.in_use_bytes, bound);
+            std::printf("%u idle connections on one shard (set up in %lld ms): %u receives promised, "
+                        "%llu KiB of pool memory in use (%llu B per connection), %llu MiB registered, "
+                        "CQ %d entries\n",
+                        n, (long long)setup_ms.count(), idle.committed - before.committed,
+                        (unsigned long long)((idle.in_use_bytes - before.in_use_bytes) >> 10),
+                        (unsigned long long)((idle.in_use_bytes - before.in_use_bytes) / n),
+                        (unsigned long long)(idle.registered_bytes >> 20), ctx.cq()->cqe);
+
+            // They work: a WRITE over each of the first few (each QP, each rkey check).
+            co_await submit_to(1, []() -> future<> {
+                rdma::buffer src = rdma::shard_context::local().pool().allocate(64);
+                for (unsigned c = 0; c < 8 && c < shard_connections.size(); ++c) {
+                    co_await shard_connections[c].write(rdma::span_of(src, 0, 8),
+                                                        *shard_connections[c].peer_region(), 0);
+                }
+            });
+            co_await submit_to(1, [] { shard_connections.clear(); });
+            shard_connections.clear();
+            srv.exported.revoke();
+            EXPECT_TRUE(co_await all_connections_gone(30s));
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
+    rdma::options o = test_options();
+    o.connection.idle_credits = 2;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            auto& ctx = rdma::shard_context::local();
+            offering_listener srv(a, 256);
+            rdma::listener& l = srv.l;
+            const unsigned base = ctx.srq().committed();
+            const auto& co = ctx.opts().connection;
+            auto accepted = l.accept();
+            co_await submit_to(
+                1, [a] { return connect_many(a, 1, 1, rdma::shard_context::local().opts().connection); });
+            rdma::connection s = co_await std::move(accepted);
+            RDMA_CHECK(co_await eventually(
+                [&] { return ctx.srq().committed() == base + co.idle_credits + co.ctrl_credits; }));
+
+            // Busy: 256 immediates issued at once; the window opens up to `credits`.
+            constexpr unsigned burst = 256, calm = 3 * 16;
+            auto sender = submit_to(1, []() -> future<> {
+                auto& c = shard_connections[0];
+                std::vector<future<>> ops;
+                for (unsigned i = 0; i < burst; ++i) {
+                    ops.push_back(c.write_with_imm({}, *c.peer_region(), 0, i));
+                }
+                co_await when_all_succeed(std::move(ops));
+            });
+            unsigned peak = 0;
+            for (unsigned i = 0; i < burst; ++i) {
+                EXPECT_EQ(co_await s.next_immediate(), i);
+                peak = std::max(peak, ctx.srq().committed() - base);
+            }
+            co_await std::move(sender);
+            EXPECT_GT(peak, co.idle_credits + co.ctrl_credits) << "the window never opened";
+            EXPECT_LE(peak, co.credits + co.ctrl_credits) << "more than the largest window was promised";
+
+            // Calm: one message at a time; the window closes back to the idle window.
+            for (unsigned i = 0; i < calm; ++i) {
+                auto one = submit_to(1, [i] {
+                    auto& c = shard_connections[0];
+                    return c.write_with_imm({}, *c.peer_region(), 0, i);
+                });
+                EXPECT_EQ(co_await s.next_immediate(), i);
+                co_await std::move(one);
+                if (std::getenv("SHOAL_TEST_TRACE_WINDOW")) {
+                    std::printf("calm %u: %u promised\n", i, ctx.srq().committed() - base);
+                }
+            }
+            // Back to the idle window, give or take one doubling: one-way traffic whose credits
+            // return on messages of their own looks busy now and then (see docs/rdma.md, "Limits").
+            const unsigned after = ctx.srq().committed() - base;
+            EXPECT_LE(after, 2 * co.idle_credits + co.ctrl_credits) << "the window did not close";
+            EXPECT_LT(after, peak);
+            co_await submit_to(1, [] { shard_connections.clear(); });
+            s = rdma::connection();
+            srv.exported.revoke();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
