@@ -195,7 +195,9 @@ send_slot& connection_impl::prepare_one_sided(send_slot::op kind, const local_sp
     }
     // The slot holds the span's pool memory until the completion (a flush at teardown included),
     // so an abandoned or aborted operation never lands in memory handed out again.
-    s.held = memory_hold(local.hold).into_temporary_buffer(local.addr, local.length);
+    if (local.hold) {
+        s.held.hold(memory_hold(local.hold).into_temporary_buffer(local.addr, local.length));
+    }
     s.wr.wr.rdma.remote_addr = rr.addr + offset;
     s.wr.wr.rdma.rkey = rr.rkey;
     ++_stats.one_sided_ops;

@@ -697,12 +697,17 @@ TEST(faults, a_peer_sending_without_credits_is_cut_off_and_honest_peers_keep_goi
             EXPECT_TRUE(co_await all_connections_gone());
             co_await stop_echo_server();
             echo_errors_expected = false;
-            bool cut = false;
-            for (const auto& e : echo_errors) {
-                cut = cut || e.find("data without a credit") != std::string::npos;
+            // Two outcomes race, both correct: the server polls a message sent without a credit
+            // and cuts the flooder off naming the error (the usual one), or the flooder's own QP
+            // breaks first (its error is checked above) and the server sees that connection end.
+            // Never more than the flooding connection may fail on the server.
+            EXPECT_LE(echo_errors.size(), 1u) << "more than the flooding connection failed";
+            if (!echo_errors.empty()) {
+                EXPECT_NE(echo_errors[0].find("data without a credit"), std::string::npos)
+                    << "the server did not name the protocol error: " << echo_errors[0];
+            } else {
+                std::printf("  the flooder's connection broke on its side before the server cut it\n");
             }
-            EXPECT_TRUE(cut) << "the server did not name the protocol error";
-            EXPECT_EQ(echo_errors.size(), 1u) << "more than the flooding connection failed";
             EXPECT_EQ(buffers_held(), 0u);
         },
         o);
