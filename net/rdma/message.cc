@@ -105,11 +105,7 @@ bool connection_impl::build_message() noexcept {
     const size_t n = m.size;
     _msgs.pop_front();
     _tx_bytes -= n;
-    s.wr.imm_data = htonl(encode_imm({msg_kind::data, take_credit_returns(), take_ctrl_returns()}));
-    --_send_credits;
-    ++_stats.messages_sent;
-    _stats.bytes_sent += n;
-    append(s);
+    append_data_message(s, n);
     return true;
 }
 

@@ -287,6 +287,9 @@ private:
     }
     send_slot& next_slot() noexcept;
     void append(send_slot& s) noexcept;
+    /// Finishes a data message of `n` bytes in `s` (immediate with the credits returned, one
+    /// send credit used, counters) and appends it to the batch.
+    void append_data_message(send_slot& s, size_t n) noexcept;
     void finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc* wc) noexcept;
     void fail_unposted() noexcept;
     /// The armed fault points of posting (tests): may move the QP to the error state; returns

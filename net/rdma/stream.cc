@@ -351,11 +351,7 @@ bool connection_impl::build_data_message() noexcept {
         ++_stats.copied_sends;
     }
     _tx_bytes -= n;
-    s.wr.imm_data = htonl(encode_imm({msg_kind::data, take_credit_returns(), take_ctrl_returns()}));
-    --_send_credits;
-    ++_stats.messages_sent;
-    _stats.bytes_sent += n;
-    append(s);
+    append_data_message(s, n);
     if (n >= 16384) {
         // Large piece: post it now so the copy of the next piece overlaps its transmission.
         post_pending();
@@ -456,6 +452,14 @@ future<net::accept_result> stream_server_socket::accept() {
         auto addr = c.peer_address();
         return net::accept_result{c.socket(), addr};
     });
+}
+
+void connection_impl::append_data_message(send_slot& s, size_t n) noexcept {
+    s.wr.imm_data = htonl(encode_imm({msg_kind::data, take_credit_returns(), take_ctrl_returns()}));
+    --_send_credits;
+    ++_stats.messages_sent;
+    _stats.bytes_sent += n;
+    append(s);
 }
 
 } // namespace internal
