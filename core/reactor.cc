@@ -517,6 +517,12 @@ void reactor::wake() noexcept {
     }
 }
 
+void reactor::wake_unconditionally() noexcept {
+    uint64_t one = 1;
+    ssize_t n = ::write(_wake_fd, &one, sizeof(one));
+    (void)n;
+}
+
 void reactor::notify_from_other_thread() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     wake();

@@ -137,6 +137,10 @@ public:
 
     /// Wakes this reactor if it sleeps. Safe from any thread; cheap when it is awake.
     void wake() noexcept;
+    /// Makes the reactor's next sleep (or the current one) end at once, whatever it is doing now:
+    /// always one eventfd write. Safe from any thread; for producers that cannot take part in the
+    /// sleep check (threads outside the engine, see core/alien.hh).
+    void wake_unconditionally() noexcept;
     /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
     /// thread: the engine's ticker calls it every task-quota period.
     void request_preempt() noexcept {
