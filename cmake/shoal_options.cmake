@@ -13,6 +13,13 @@ add_compile_options(-Wall -Wextra -Wno-missing-field-initializers)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   add_compile_options(-Wno-error=maybe-uninitialized)
 endif()
+# libshoal_c (capi/) is a shared library made of the static layers, so every object is
+# position-independent. -fno-semantic-interposition lets GCC keep inlining and cloning global
+# functions as it does without -fPIC (nothing in shoal is meant to be interposed).
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-fno-semantic-interposition)
+endif()
 if(SHOAL_WERROR)
   add_compile_options(-Werror)
 endif()
