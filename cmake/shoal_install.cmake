@@ -36,6 +36,12 @@ install(TARGETS ${shoal_exported_targets}
   EXPORT shoalTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
+# The C ABI: libshoal_c.so.N in the runtime package, its link and header in the dev package.
+set_property(TARGET shoal_c PROPERTY EXPORT_NAME c)
+install(TARGETS shoal_c
+  EXPORT shoalTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
+install(FILES capi/include/shoal/shoal_c.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev)
 install(DIRECTORY core net rpc kv
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev
   FILES_MATCHING PATTERN "*.hh")

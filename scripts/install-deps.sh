@@ -19,6 +19,8 @@ packages=(
   clang-14
   # the Prometheus endpoint's scrape test: curl fetches /metrics, promtool checks it
   prometheus curl
+  # the C ABI's C# test: P/Invoke into libshoal_c, compiled with mcs and run with mono
+  mono-mcs mono-runtime
 )
 
 missing=()

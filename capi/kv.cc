@@ -1,0 +1,483 @@
+// shoal_kv_*: kv::client behind the C ABI. The client lives on one shard; every call is handed
+// to that shard and, for the blocking forms, waited for on the caller's thread.
+
+#include "capi/runtime.hh"
+#include "capi/status.hh"
+#include "kv/client.hh"
+#include "kv/server_list.hh"
+#include "shoal/shoal_c.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace shoal;
+using namespace shoal::capi;
+
+namespace {
+
+/// A client and the shard it lives on. `client` is touched only on that shard; it is null once
+/// closed, so a call queued behind the close fails instead of using a destroyed client.
+class kv_state final : public closable {
+public:
+    kv_state(std::shared_ptr<runtime_state> rt, unsigned shard)
+        : _rt(std::move(rt))
+        , _shard(shard) {}
+
+    runtime_state& runtime() noexcept { return *_rt; }
+    unsigned shard() const noexcept { return _shard; }
+    bool closed() const noexcept { return _closed.load(std::memory_order_acquire); }
+
+    /// On the shard: the client, or a client_error when closed.
+    kv::client& client() {
+        if (!_client) {
+            throw kv::client_error(kv::client_errc::bad_request, 0, "the KV client is closed");
+        }
+        return *_client;
+    }
+
+    /// Creates the client on its shard (blocking).
+    void open(kv::client_config cfg) {
+        auto f = _rt->engine().submit(_shard, [this, cfg = std::move(cfg)]() mutable {
+            _client = std::make_unique<kv::client>(std::move(cfg));
+        });
+        f.get();
+    }
+
+    void close() noexcept override {
+        if (_closed.exchange(true)) {
+            return;
+        }
+        auto f = _rt->engine().submit(_shard, [this]() -> future<> {
+            if (!_client) {
+                return make_ready_future<>();
+            }
+            return _client->close().then_wrapped([this](future<> done) {
+                done.ignore_ready_future();
+                _client.reset();
+            });
+        });
+        try {
+            f.get();
+        } catch (...) {
+            // The engine stopped first: it destroyed nothing of ours; the client dies with it
+            // unclosed, which only frees memory.
+            (void)_client.release();
+        }
+        _rt->forget(this);
+    }
+
+private:
+    std::shared_ptr<runtime_state> _rt;
+    unsigned _shard;
+    std::unique_ptr<kv::client> _client;
+    std::atomic<bool> _closed{false};
+};
+
+/// The handle `kv`, checked: a status other than SHOAL_OK when it cannot take a call.
+int check(shoal_kv* kv, const char* what, bool blocking);
+
+} // namespace
+
+/// The C handle.
+struct shoal_kv {
+    std::shared_ptr<kv_state> state;
+};
+
+namespace {
+
+int check(shoal_kv* kv, const char* what, bool blocking) {
+    if (!kv) {
+        return fail(SHOAL_EINVAL, std::string(what) + ": NULL client");
+    }
+    if (kv->state->closed()) {
+        return fail(SHOAL_ECLOSED, std::string(what) + ": the KV client is closed");
+    }
+    if (blocking) {
+        check_blocking_allowed();
+    }
+    return SHOAL_OK;
+}
+
+int check_key(const char* key, size_t key_size, const char* what) {
+    if (!key && key_size) {
+        return fail(SHOAL_EINVAL, std::string(what) + ": NULL key");
+    }
+    try {
+        kv::check_key(std::string_view(key ? key : "", key_size));
+    } catch (const std::exception& e) {
+        return fail(SHOAL_EINVAL, std::string(what) + ": " + e.what());
+    }
+    return SHOAL_OK;
+}
+
+int store_status(kv::store_outcome outcome, const char* what) {
+    switch (outcome) {
+    case kv::store_outcome::stored:
+        return SHOAL_OK;
+    case kv::store_outcome::not_stored:
+        return fail(SHOAL_ENOTSTORED, std::string(what) + ": not stored");
+    case kv::store_outcome::exists:
+        return fail(SHOAL_EEXISTS, std::string(what) + ": the value changed since it was read");
+    case kv::store_outcome::not_found:
+        return fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
+    }
+    return fail(SHOAL_EINTERNAL, std::string(what) + ": unknown outcome");
+}
+
+/// A blocking storage command.
+int store(shoal_kv* kv, bool add, const char* key, size_t key_size, const void* value, size_t size,
+          uint32_t flags, int64_t exptime, const char* what) {
+    return guarded([&] {
+        if (int rc = check(kv, what, true); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (int rc = check_key(key, key_size, what); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (!value && size) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL value");
+        }
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        std::string_view v(value ? static_cast<const char*>(value) : "", size);
+        auto f = st.runtime().engine().submit(st.shard(), [&st, add, k, v, flags, exptime] {
+            return add ? st.client().add(k, v, flags, exptime) : st.client().set(k, v, flags, exptime);
+        });
+        return store_status(f.get(), what);
+    });
+}
+
+/// Hands `fn` (returning a future of shoal_status and text) to `kv`'s shard and reports its
+/// outcome to `report(status, text)` there.
+template <typename Fn, typename Report>
+int start_async(shoal_kv* kv, const char* what, Fn fn, Report report) {
+    return guarded([&] {
+        if (int rc = check(kv, what, false); rc != SHOAL_OK) {
+            return rc;
+        }
+        auto st = kv->state;
+        auto queued = st->runtime().engine().submit(
+            st->shard(), [st, fn = std::move(fn), report = std::move(report)]() mutable {
+                return futurize_invoke([&] { return fn(*st); })
+                    .then_wrapped([report = std::move(report)](auto f) mutable {
+                        if (f.failed()) {
+                            auto failure = classify(f.get_exception());
+                            report(failure.status, failure.text.c_str(), nullptr);
+                        } else {
+                            auto result = f.get();
+                            report(result.first, result.first == SHOAL_OK ? nullptr : result.second.c_str(),
+                                   &result);
+                        }
+                    });
+            });
+        // Refused before it ran (the runtime stopped meanwhile): the callback will not run.
+        if (queued.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            try {
+                queued.get();
+            } catch (const alien::engine_stopped& e) {
+                return fail(SHOAL_ECLOSED, std::string(what) + ": " + e.what());
+            } catch (...) {
+            }
+        }
+        return int(SHOAL_OK);
+    });
+}
+
+} // namespace
+
+extern "C" {
+
+int shoal_kv_open(shoal_runtime* rt, const char* servers, unsigned shard, unsigned timeout_ms,
+                  shoal_kv** out) {
+    return guarded([&] {
+        if (!out) {
+            return fail(SHOAL_EINVAL, "shoal_kv_open: out is NULL");
+        }
+        *out = nullptr;
+        if (!rt) {
+            return fail(SHOAL_EINVAL, "shoal_kv_open: NULL runtime");
+        }
+        if (!servers) {
+            return fail(SHOAL_EINVAL, "shoal_kv_open: NULL server list");
+        }
+        if (!rt->state->engine().running()) {
+            return fail(SHOAL_ECLOSED, "shoal_kv_open: the runtime is stopped");
+        }
+        if (shard >= rt->state->engine().shards()) {
+            return fail(SHOAL_EINVAL, "shoal_kv_open: no shard " + std::to_string(shard) +
+                                          " in a runtime of " + std::to_string(rt->state->engine().shards()));
+        }
+        check_blocking_allowed();
+        kv::client_config cfg;
+        cfg.servers = kv::parse_server_list(servers);
+        if (timeout_ms) {
+            cfg.connect_timeout = std::chrono::milliseconds(timeout_ms);
+            cfg.request_timeout = std::chrono::milliseconds(timeout_ms);
+        }
+        auto st = std::make_shared<kv_state>(rt->state, shard);
+        st->open(std::move(cfg));
+        if (!rt->state->track(st)) {
+            st->close();
+            return fail(SHOAL_ECLOSED, "shoal_kv_open: the runtime is stopping");
+        }
+        *out = new shoal_kv{std::move(st)};
+        return int(SHOAL_OK);
+    });
+}
+
+int shoal_kv_close(shoal_kv* kv) {
+    return guarded([&] {
+        if (!kv) {
+            return fail(SHOAL_EINVAL, "shoal_kv_close: NULL client");
+        }
+        if (!kv->state->closed()) {
+            check_blocking_allowed();
+        }
+        kv->state->close();
+        return int(SHOAL_OK);
+    });
+}
+
+void shoal_kv_destroy(shoal_kv* kv) {
+    if (!kv) {
+        return;
+    }
+    if (!alien::on_engine_thread()) {
+        kv->state->close();
+    }
+    delete kv;
+}
+
+int shoal_kv_set(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                 uint32_t flags, int64_t exptime) {
+    return store(kv, false, key, key_size, value, size, flags, exptime, "shoal_kv_set");
+}
+
+int shoal_kv_add(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                 uint32_t flags, int64_t exptime) {
+    return store(kv, true, key, key_size, value, size, flags, exptime, "shoal_kv_add");
+}
+
+namespace {
+
+/// A blocking get: the value (nullopt when missing) or a status set by a failure.
+std::optional<kv::fetched_value> get_value(shoal_kv* kv, const char* key, size_t key_size, const char* what,
+                                           int& rc) {
+    rc = check(kv, what, true);
+    if (rc == SHOAL_OK) {
+        rc = check_key(key, key_size, what);
+    }
+    if (rc != SHOAL_OK) {
+        return std::nullopt;
+    }
+    auto& st = *kv->state;
+    std::string_view k(key, key_size);
+    auto f = st.runtime().engine().submit(st.shard(), [&st, k] { return st.client().get(k); });
+    auto v = f.get();
+    if (!v) {
+        rc = fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
+    }
+    return v;
+}
+
+} // namespace
+
+int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
+                 uint32_t* flags) {
+    return guarded([&] {
+        if (!out && capacity) {
+            return fail(SHOAL_EINVAL, "shoal_kv_get: NULL output buffer");
+        }
+        int rc;
+        auto v = get_value(kv, key, key_size, "shoal_kv_get", rc);
+        if (rc != SHOAL_OK) {
+            return rc;
+        }
+        if (size) {
+            *size = v->data.size();
+        }
+        if (flags) {
+            *flags = v->flags;
+        }
+        if (v->data.size() > capacity) {
+            return fail(SHOAL_ETOOSMALL, "shoal_kv_get: the value has " + std::to_string(v->data.size()) +
+                                             " bytes, the buffer " + std::to_string(capacity));
+        }
+        if (!v->data.empty()) {
+            std::memcpy(out, v->data.data(), v->data.size());
+        }
+        return int(SHOAL_OK);
+    });
+}
+
+int shoal_kv_get_copy(shoal_kv* kv, const char* key, size_t key_size, void** data, size_t* size,
+                      uint32_t* flags) {
+    return guarded([&] {
+        if (!data || !size) {
+            return fail(SHOAL_EINVAL, "shoal_kv_get_copy: NULL data or size");
+        }
+        *data = nullptr;
+        *size = 0;
+        int rc;
+        auto v = get_value(kv, key, key_size, "shoal_kv_get_copy", rc);
+        if (rc != SHOAL_OK) {
+            return rc;
+        }
+        void* p = std::malloc(v->data.size() ? v->data.size() : 1);
+        if (!p) {
+            return fail(SHOAL_ENOMEM, "shoal_kv_get_copy: out of memory");
+        }
+        std::memcpy(p, v->data.data(), v->data.size());
+        *data = p;
+        *size = v->data.size();
+        if (flags) {
+            *flags = v->flags;
+        }
+        return int(SHOAL_OK);
+    });
+}
+
+int shoal_kv_get_many(shoal_kv* kv, size_t count, const char* const* keys, const size_t* key_sizes,
+                      shoal_kv_value* results) {
+    return guarded([&] {
+        if (count && (!keys || !key_sizes || !results)) {
+            return fail(SHOAL_EINVAL, "shoal_kv_get_many: NULL keys, sizes or results");
+        }
+        if (int rc = check(kv, "shoal_kv_get_many", true); rc != SHOAL_OK) {
+            return rc;
+        }
+        std::vector<std::string> wanted;
+        wanted.reserve(count);
+        for (size_t i = 0; i < count; ++i) {
+            if (int rc = check_key(keys[i], key_sizes[i], "shoal_kv_get_many"); rc != SHOAL_OK) {
+                return rc;
+            }
+            wanted.emplace_back(keys[i], key_sizes[i]);
+            results[i] = shoal_kv_value{SHOAL_ENOTFOUND, nullptr, 0, 0};
+        }
+        auto& st = *kv->state;
+        auto f = st.runtime().engine().submit(st.shard(), [&st, wanted = std::move(wanted)]() mutable {
+            return st.client().get_many(std::move(wanted));
+        });
+        auto values = f.get();
+        for (size_t i = 0; i < count; ++i) {
+            if (!values[i]) {
+                continue;
+            }
+            void* p = std::malloc(values[i]->data.size() ? values[i]->data.size() : 1);
+            if (!p) {
+                for (size_t j = 0; j < i; ++j) {
+                    shoal_free(results[j].data);
+                    results[j] = shoal_kv_value{SHOAL_ENOTFOUND, nullptr, 0, 0};
+                }
+                return fail(SHOAL_ENOMEM, "shoal_kv_get_many: out of memory");
+            }
+            std::memcpy(p, values[i]->data.data(), values[i]->data.size());
+            results[i] = shoal_kv_value{SHOAL_OK, p, values[i]->data.size(), values[i]->flags};
+        }
+        return int(SHOAL_OK);
+    });
+}
+
+int shoal_kv_delete(shoal_kv* kv, const char* key, size_t key_size) {
+    return guarded([&] {
+        if (int rc = check(kv, "shoal_kv_delete", true); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (int rc = check_key(key, key_size, "shoal_kv_delete"); rc != SHOAL_OK) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        auto f = st.runtime().engine().submit(st.shard(), [&st, k] { return st.client().remove(k); });
+        return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, "shoal_kv_delete: no such key");
+    });
+}
+
+int shoal_kv_set_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                       uint32_t flags, int64_t exptime, shoal_done_cb done, void* user) {
+    return guarded([&] {
+        if (int rc = check_key(key, key_size, "shoal_kv_set_async"); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (!done || (!value && size)) {
+            return fail(SHOAL_EINVAL, "shoal_kv_set_async: NULL callback or value");
+        }
+        std::string k(key, key_size);
+        std::string v(static_cast<const char*>(value ? value : ""), size);
+        return start_async(
+            kv, "shoal_kv_set_async",
+            [k = std::move(k), v = std::move(v), flags, exptime](kv_state& st) {
+                return st.client().set(k, v, flags, exptime).then([](kv::store_outcome o) {
+                    int rc = o == kv::store_outcome::stored ? SHOAL_OK : SHOAL_ENOTSTORED;
+                    return std::pair<int, std::string>(rc, rc == SHOAL_OK ? "" : "not stored");
+                });
+            },
+            [done, user](int status, const char* error, std::pair<int, std::string>*) {
+                done(user, status, error);
+            });
+    });
+}
+
+int shoal_kv_get_async(shoal_kv* kv, const char* key, size_t key_size, shoal_kv_get_cb done, void* user) {
+    return guarded([&] {
+        if (int rc = check_key(key, key_size, "shoal_kv_get_async"); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (!done) {
+            return fail(SHOAL_EINVAL, "shoal_kv_get_async: NULL callback");
+        }
+        std::string k(key, key_size);
+        // The value travels in the pair's text; flags ride in front of it.
+        return start_async(
+            kv, "shoal_kv_get_async",
+            [k = std::move(k)](kv_state& st) {
+                return st.client().get(k).then([](std::optional<kv::fetched_value> v) {
+                    if (!v) {
+                        return std::pair<int, std::string>(SHOAL_ENOTFOUND, "no such key");
+                    }
+                    std::string packed(sizeof(uint32_t), '\0');
+                    std::memcpy(packed.data(), &v->flags, sizeof(uint32_t));
+                    packed += v->data;
+                    return std::pair<int, std::string>(SHOAL_OK, std::move(packed));
+                });
+            },
+            [done, user](int status, const char* error, std::pair<int, std::string>* result) {
+                if (status == SHOAL_OK && result) {
+                    uint32_t flags;
+                    std::memcpy(&flags, result->second.data(), sizeof(uint32_t));
+                    done(user, status, result->second.data() + sizeof(uint32_t),
+                         result->second.size() - sizeof(uint32_t), flags, nullptr);
+                } else {
+                    done(user, status, nullptr, 0, 0, error);
+                }
+            });
+    });
+}
+
+int shoal_kv_delete_async(shoal_kv* kv, const char* key, size_t key_size, shoal_done_cb done, void* user) {
+    return guarded([&] {
+        if (int rc = check_key(key, key_size, "shoal_kv_delete_async"); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (!done) {
+            return fail(SHOAL_EINVAL, "shoal_kv_delete_async: NULL callback");
+        }
+        std::string k(key, key_size);
+        return start_async(
+            kv, "shoal_kv_delete_async",
+            [k = std::move(k)](kv_state& st) {
+                return st.client().remove(k).then([](bool existed) {
+                    return std::pair<int, std::string>(existed ? SHOAL_OK : SHOAL_ENOTFOUND,
+                                                       existed ? "" : "no such key");
+                });
+            },
+            [done, user](int status, const char* error, std::pair<int, std::string>*) {
+                done(user, status, error);
+            });
+    });
+}
+
+} // extern "C"
