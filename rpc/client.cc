@@ -3,6 +3,7 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
+#include "rpc/client_stats.hh"
 
 namespace shoal::rpc {
 
@@ -23,6 +24,7 @@ public:
     struct slot {
         promise<frame> reply;
         timer<> expiry;
+        steady_clock_type::time_point sent; // for the latency histogram
         uint32_t generation = 0;
         bool busy = false;
     };
@@ -79,6 +81,11 @@ public:
         }
         auto reply = s.reply.get_future();
         f.header.request_id = id;
+        auto& cs = local_client_stats();
+        ++cs.calls;
+        ++cs.in_flight;
+        cs.sent_bytes += f.wire_size();
+        s.sent = steady_clock_type::now();
         writer->send(std::move(f));
         return reply;
     }
@@ -91,6 +98,7 @@ public:
         ++s.generation;
         free_slots.push_back(index);
         --pending;
+        --local_client_stats().in_flight;
         slots_free.signal(1);
         if (pending == 0 && idle) {
             std::exchange(idle, std::nullopt)->set_value();
@@ -109,6 +117,9 @@ public:
     void expire(uint32_t index) noexcept {
         auto& s = slots[index];
         if (s.busy) {
+            auto& cs = local_client_stats();
+            ++cs.errors;
+            ++cs.timeouts;
             s.reply.set_exception(std::make_exception_ptr(timeout_error("rpc call timed out")));
             release_slot(index);
         }
@@ -120,6 +131,11 @@ public:
         if (index >= slots.size() || !slots[index].busy || slots[index].generation != uint32_t(id >> 32)) {
             return; // the call timed out: its late reply is dropped
         }
+        auto& cs = local_client_stats();
+        ++cs.replies;
+        cs.errors += f.header.type != frame_type::response;
+        cs.latency.observe(
+            std::chrono::duration<double>(steady_clock_type::now() - slots[index].sent).count());
         slots[index].reply.set_value(std::move(f));
         release_slot(index);
     }
@@ -132,6 +148,7 @@ public:
         slots_free.broken(down);
         for (uint32_t i = 0; i < slots.size(); ++i) {
             if (slots[i].busy) {
+                ++local_client_stats().errors;
                 slots[i].reply.set_exception(down);
                 release_slot(i);
             }
@@ -307,6 +324,9 @@ future<> client::send_one_way(outgoing_frame f) {
     if (f.header.body_size() > st.options.max_frame_size) {
         return make_exception_future<>(protocol_error("call over the frame size limit"));
     }
+    auto& cs = local_client_stats();
+    ++cs.one_way;
+    cs.sent_bytes += f.wire_size();
     st.writer->send(std::move(f));
     return make_ready_future<>();
 }

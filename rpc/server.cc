@@ -46,6 +46,8 @@ struct server_shared {
     std::unordered_map<uint64_t, server::handler_entry> handlers;
     std::list<std::shared_ptr<server_connection>> connections;
     server_stats stats;
+    /// Seconds a handler took, from dispatch to its value or error: 1 us .. 8 s.
+    metrics::histogram handler_seconds = metrics::histogram::exponential(1e-6, 2, 24);
     bool stopping = false;
 };
 
@@ -153,9 +155,12 @@ private:
         }
         ++_running;
         ++_shared->stats.calls_in_flight;
+        auto started = steady_clock_type::now();
         (void)e.invoke(e.object, std::move(f))
-            .then_wrapped([self = shared_from_this(), one_way, id, cu = std::move(conn_unit),
+            .then_wrapped([self = shared_from_this(), one_way, id, started, cu = std::move(conn_unit),
                            su = std::move(server_unit)](future<outgoing_frame> done) mutable {
+                self->_shared->handler_seconds.observe(
+                    std::chrono::duration<double>(steady_clock_type::now() - started).count());
                 self->finish_call(std::move(done), one_way, id);
             });
     }
@@ -237,6 +242,10 @@ void server::add_entry(uint64_t id, handler_entry e) {
         throw duplicate_verb_error("rpc: verb id " + std::to_string(id) + " of " + e.name +
                                    " is already taken by " + it->second.name);
     }
+}
+
+const metrics::histogram& server::handler_latency() const noexcept {
+    return _shared->handler_seconds;
 }
 
 server_stats server::stats() const noexcept {

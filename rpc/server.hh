@@ -2,6 +2,7 @@
 
 #include "core/future.hh"
 #include "core/gate.hh"
+#include "core/metrics.hh"
 #include "core/semaphore.hh"
 #include "net/server_connections.hh"
 #include "net/stream.hh"
@@ -106,6 +107,8 @@ public:
     net::socket_address local_address() const { return _listener.local_address(); }
     /// Counters of this instance.
     server_stats stats() const noexcept;
+    /// Seconds each handler took (dispatch to value or error), on this shard.
+    const metrics::histogram& handler_latency() const noexcept;
     /// The limits in force.
     const server_options& options() const noexcept;
 

@@ -100,7 +100,10 @@ future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool j
             o.server =
                 co_await start_servers(servers, t, o.server, std::max<size_t>(largest + 4096, 64 << 20));
         }
+        apps::shard_metric_groups client_metrics; // calls and their latency, with --prometheus-port
+        co_await client_metrics.publish([] { return rpc::publish_client_metrics(); });
         cells = co_await rpc_bench::run(t, o);
+        co_await client_metrics.clear();
         co_return 0;
     });
     std::string title = fmt::format("shoal RPC echo over {} ({} payload, {} shards)", t.name,
