@@ -324,6 +324,7 @@ future<> server::serve(net::connected_socket s) {
                 break;
             }
             _conn.bytes_read += b.size();
+            auto received = steady_clock_type::now();
             std::string_view data = b.view();
             if (skip) {
                 size_t n = size_t(std::min<uint64_t>(skip, data.size()));
@@ -369,6 +370,7 @@ future<> server::serve(net::connected_socket s) {
             if (!reply.empty()) {
                 co_await write_reply(out, reply);
                 co_await out.flush();
+                _latency.observe(std::chrono::duration<double>(steady_clock_type::now() - received).count());
             }
         }
         co_await out.close();

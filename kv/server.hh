@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/future.hh"
+#include "core/metrics.hh"
 #include "core/sharded.hh"
 #include "core/timer.hh"
 #include "kv/protocol.hh"
@@ -72,6 +73,9 @@ public:
     kv::store& store() noexcept { return _store; }
     /// This shard's connection counters.
     const connection_stats& conn_stats() const noexcept { return _conn; }
+    /// Server time per read of requests: from the read that brought them to their replies
+    /// flushed (the requests of one read share one sample; reads without a reply have none).
+    const metrics::histogram& request_latency() const noexcept { return _latency; }
 
 private:
     /// Admits an accepted connection under -c (or answers memcached's refusal) and serves it.
@@ -92,6 +96,7 @@ private:
     net::server_socket _ss;
     net::server_connections _conns;
     connection_stats _conn;
+    metrics::histogram _latency = metrics::histogram::exponential(1e-6, 2, 24); // 1 us .. 8 s
     timer<> _clock;
     uint32_t _started;
 };
