@@ -2,6 +2,7 @@
 // counts and reads it back from the registry.
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
+#include "core/preempt.hh"
 #include "core/reactor.hh"
 #include "core/reactor_metrics.hh"
 #include "core/smp.hh"
@@ -35,6 +36,24 @@ double value_of(const std::string& name, const std::string& peer = "") {
         }
     }
     return -1;
+}
+
+/// Busy-waits inside one task until the engine's preemption ticker has raised this shard's
+/// flag three times (lowering it after the first two, as the reactor would between tasks), so
+/// the task surely spans two ticks whatever the load; false if that took over 10 s.
+bool spin_for_three_ticks() {
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (int seen = 0; seen < 3;) {
+        if (std::chrono::steady_clock::now() > give_up) {
+            return false;
+        }
+        if (need_preempt()) {
+            if (++seen < 3) {
+                internal::preempt_flag->store(false, std::memory_order_relaxed);
+            }
+        }
+    }
+    return true;
 }
 
 /// Busy-waits `d` inside one task.
@@ -106,10 +125,10 @@ TEST(reactor_metrics, a_task_longer_than_the_quota_is_a_long_task) {
         auto g = publish_reactor_metrics();
         double before = value_of("shoal_reactor_long_tasks_total");
         EXPECT_GE(before, 0);
-        // 40 quota periods of 500 us in one task: the ticker fires many times meanwhile.
-        co_await yield().then([] { spin_for(std::chrono::milliseconds(20)); });
+        bool spanned = co_await yield().then([] { return spin_for_three_ticks(); });
+        EXPECT_TRUE(spanned) << "the preemption ticker did not tick three times in 10 s";
         co_await yield();
-        EXPECT_GE(value_of("shoal_reactor_long_tasks_total"), before + 1);
+        EXPECT_GE(value_of("shoal_reactor_long_tasks_total"), before + 1); // more when load stretches others
     });
     EXPECT_EQ(rc, 0);
 }
