@@ -4,6 +4,7 @@
 #   tests/softroce/run-in-guest.sh --timeout 900 -- apps/rpc/compare_rdma.sh build/release
 # 1. raw stream: shoal-echo over RDMA, 128 B at concurrency 1 and 16 (and 1 MB once);
 # 2. RPC over RDMA: shoal-rpc-bench, same cells, then 1 MB and 8 MB (twice as long);
+# 2b. RPC over the RDMA stream (--rdma-path stream), the path before the message API;
 # 3. RPC over TCP in the same guest, same cells;
 # 4. perftest ib_send_bw / ib_write_bw at 1 MiB and 8 MiB.
 # Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RDMA
@@ -45,6 +46,14 @@ for round in 1 2; do
         --duration "$((secs * 2))" $cli --connections-per-shard 1
     unserve
 done
+
+echo "== RPC over the RDMA stream (--rdma-path stream)"
+serve "$rpc_bin" server --transport rdma --rdma-path stream --host "$ip" --port 9300 $srv
+"$rpc_bin" bench --transport rdma --rdma-path stream --host "$ip" --port 9300 --sizes 128 --concurrency 1,16 \
+    --duration "$secs" $cli
+"$rpc_bin" bench --transport rdma --rdma-path stream --host "$ip" --port 9300 --sizes 1M,8M --concurrency 1,4 \
+    --duration "$((secs * 2))" $cli --connections-per-shard 1
+unserve
 
 echo "== RPC over TCP in the same guest"
 serve "$rpc_bin" server --transport tcp --host "$ip" --port 9200 $srv

@@ -6,7 +6,8 @@
 //   shoal-rpc-bench local  (server and benchmark in one process; same options)
 //
 // Over RDMA (--transport rdma) --host must be the RDMA device's address (rdma_cm refuses
-// loopback).
+// loopback); --rdma-path messages (default: one SEND per call, large bodies by READ) or stream
+// (the RDMA stream, as over TCP) must be the same on server and bench.
 
 #include "apps/common/metrics.hh"
 #include "apps/common/options.hh"
@@ -36,9 +37,10 @@ namespace {
 
 /// Starts a server on every shard listening on `addr`; returns the address (port picked).
 future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::transport t,
-                                          net::socket_address addr, size_t max_frame) {
+                                          net::socket_address addr, size_t max_frame, bool rdma_messages) {
     rpc::server_options so;
     so.max_frame_size = max_frame;
+    so.rdma_messages = rdma_messages;
     co_await servers.start(t, so);
     co_await servers.invoke_on(0, [&addr](rpc::server& s) {
         rpc_bench::register_verbs(s);
@@ -75,18 +77,19 @@ future<int> with_transport(net::transport t, Body body) {
     co_return rc;
 }
 
-future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame) {
-    return with_transport(t, [t, addr, max_frame](sharded<rpc::server>& servers) -> future<int> {
-        auto where = co_await start_servers(servers, t, addr, max_frame);
-        apps::shard_metric_groups published;
-        co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
-        fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name, where.to_string(),
-                   shard_count());
-        std::fflush(stdout);
-        co_await stop_requested();
-        co_await published.clear();
-        co_return 0;
-    });
+future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame, bool rdma_messages) {
+    return with_transport(
+        t, [t, addr, max_frame, rdma_messages](sharded<rpc::server>& servers) -> future<int> {
+            auto where = co_await start_servers(servers, t, addr, max_frame, rdma_messages);
+            apps::shard_metric_groups published;
+            co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
+            fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name,
+                       where.to_string(), shard_count());
+            std::fflush(stdout);
+            co_await stop_requested();
+            co_await published.clear();
+            co_return 0;
+        });
 }
 
 future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool json, std::string svg) {
@@ -97,8 +100,8 @@ future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool j
             for (size_t s : o.sizes) {
                 largest = std::max(largest, s);
             }
-            o.server =
-                co_await start_servers(servers, t, o.server, std::max<size_t>(largest + 4096, 64 << 20));
+            o.server = co_await start_servers(servers, t, o.server,
+                                              std::max<size_t>(largest + 4096, 64 << 20), o.rdma_messages);
         }
         cells = co_await rpc_bench::run(t, o);
         co_return 0;
@@ -144,6 +147,8 @@ int main(int argc, char** argv) {
     a.add_option("warmup", "unmeasured seconds before each cell", "0.2");
     a.add_option("connections-per-shard", "connections each client shard opens (callers share them)", "4");
     a.add_option("payload", "attachment (sent uncopied) or string (serialized)", "attachment");
+    a.add_option("rdma-path", "over RDMA: messages (one SEND per call, large bodies by READ) or stream",
+                 "messages");
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
@@ -190,6 +195,10 @@ int main(int argc, char** argv) {
             throw std::invalid_argument("--payload is attachment or string");
         }
         o.string_payload = a.get("payload") == "string";
+        if (a.get("rdma-path") != "messages" && a.get("rdma-path") != "stream") {
+            throw std::invalid_argument("--rdma-path is messages or stream");
+        }
+        o.rdma_messages = a.get("rdma-path") == "messages";
         o.label = "rpc-" + t.name;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());
@@ -199,7 +208,7 @@ int main(int argc, char** argv) {
         return run_shards(smp, [&]() -> future<int> {
             return apps::with_metrics(a, [&]() -> future<int> {
                 if (mode == "server") {
-                    return run_server(t, o.server, size_t(64) << 20);
+                    return run_server(t, o.server, size_t(64) << 20, o.rdma_messages);
                 }
                 return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
             });

@@ -29,6 +29,7 @@ struct options {
     std::chrono::duration<double> warmup{0.2};   ///< unmeasured seconds before
     unsigned connections_per_shard = 4;          ///< callers of a shard share this many connections
     bool string_payload = false;                 ///< echo_string instead of echo (attachment)
+    bool rdma_messages = true;                   ///< over RDMA: the message path (false: the stream)
     std::string label = "rpc";
 };
 
