@@ -159,7 +159,8 @@ public:
         : _conn(std::move(c))
         , _msgs(_conn.messages())
         , _releases(_conn.immediates(release_tag))
-        , _threshold(std::min(read_threshold, _msgs.max_message_size())) {}
+        , _max_message(_msgs.max_message_size())
+        , _threshold(std::min(read_threshold, _max_message)) {}
 
     void start() { (void)release_loop(); }
 
@@ -439,7 +440,7 @@ private:
 
     future<> send_one(outgoing_frame f) {
         const size_t wire = f.wire_size();
-        if (wire <= _threshold) {
+        if (wire <= _threshold || f.header.body_size() == 0) {
             f.header.encode(f.head.get_write());
             future<> sent = make_ready_future<>();
             if (f.attachments.size() < rdma::internal::max_send_gather) {
@@ -479,7 +480,9 @@ private:
         }
         const size_t inline_size =
             frame_header::size + descriptor_head + (regions + 1) * region_size + payload;
-        const bool payload_inline = payload == 0 || inline_size <= _threshold;
+        // Beside remote attachments the payload stays in the message when it fits; alone it is
+        // READ like an attachment once over the threshold.
+        const bool payload_inline = payload == 0 || inline_size <= (regions > 0 ? _max_message : _threshold);
         if (!payload_inline) {
             ++regions;
             f.header.flags |= frame_header::flag_remote_payload;
@@ -546,6 +549,7 @@ private:
     rdma::connection _conn;
     net::message_connection _msgs;
     rdma::immediate_channel _releases;
+    size_t _max_message; // the peer's receive buffer size
     size_t _threshold;
     // receiving
     std::optional<promise<std::optional<frame>>> _reader;

@@ -70,7 +70,8 @@ future<> caller(rpc::client& c, const net::temporary_buffer& payload, bool strin
 
 future<shard_result> run_shard(net::transport t, net::socket_address server, size_t size, unsigned callers,
                                unsigned connections, bool string_payload, bool rdma_messages,
-                               steady_clock_type::duration warmup, steady_clock_type::duration duration) {
+                               size_t read_threshold, steady_clock_type::duration warmup,
+                               steady_clock_type::duration duration) {
     shard_result r;
     if (callers == 0) {
         co_return r;
@@ -80,6 +81,7 @@ future<shard_result> run_shard(net::transport t, net::socket_address server, siz
         rpc::client_options co;
         co.max_frame_size = std::max<size_t>(co.max_frame_size, size + 4096);
         co.rdma_messages = rdma_messages;
+        co.rdma_read_threshold = read_threshold;
         clients.push_back(std::make_unique<rpc::client>(t, co));
         co_await clients.back()->connect(server);
     }
@@ -115,7 +117,7 @@ future<std::vector<echo::cell_result>> run(net::transport t, options o) {
                 unsigned callers = c / n + (s < c % n ? 1 : 0);
                 shards.push_back(submit_to(s, [=] {
                     return run_shard(t, o.server, size, callers, o.connections_per_shard, o.string_payload,
-                                     o.rdma_messages, warmup, duration);
+                                     o.rdma_messages, o.rdma_read_threshold, warmup, duration);
                 }));
             }
             echo::cell_result cell;
