@@ -3,7 +3,9 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
+#include "net/rdma/connection.hh"
 #include "rpc/client_stats.hh"
+#include "rpc/rdma_link.hh"
 
 namespace shoal::rpc {
 
@@ -30,9 +32,7 @@ public:
     };
 
     client_options options;
-    net::connected_socket socket;
-    net::input_stream in;
-    std::unique_ptr<frame_writer> writer;
+    std::unique_ptr<link> conn; // the connection (frames out; the read loop reads frames in)
     std::deque<slot> slots;
     std::vector<uint32_t> free_slots;
     semaphore slots_free;
@@ -43,11 +43,9 @@ public:
     std::optional<promise<>> idle; // close()'s wait for the pending calls
     bool reading = false;
 
-    void attach(net::connected_socket s) {
-        socket = std::move(s);
-        socket.set_nodelay(true);
-        in = socket.input();
-        writer = std::make_unique<frame_writer>(socket.output());
+    void attach(std::unique_ptr<link> l) {
+        conn = std::move(l);
+        conn->set_nodelay();
         attached = true;
         reading = true;
         (void)read_loop();
@@ -86,7 +84,7 @@ public:
         ++cs.in_flight;
         cs.sent_bytes += f.wire_size();
         s.sent = steady_clock_type::now();
-        writer->send(std::move(f));
+        conn->send(std::move(f));
         return reply;
     }
 
@@ -153,8 +151,8 @@ public:
                 release_slot(i);
             }
         }
-        if (writer) {
-            writer->abort(down);
+        if (conn) {
+            conn->abort_output(down);
         }
     }
 
@@ -163,7 +161,7 @@ public:
         std::exception_ptr why;
         try {
             for (;;) {
-                std::optional<frame> f = co_await read_frame(in, options.max_frame_size);
+                std::optional<frame> f = co_await conn->read_frame(options.max_frame_size);
                 if (!f) {
                     break;
                 }
@@ -176,7 +174,7 @@ public:
             client_log.warn("closing connection: {}", e.what());
             why = std::make_exception_ptr(
                 connection_error(std::string("protocol error from the server: ") + e.what()));
-            socket.abort();
+            conn->abort();
         } catch (...) {
             why = std::make_exception_ptr(
                 connection_error(fmt::format("connection lost: {}", std::current_exception())));
@@ -185,9 +183,9 @@ public:
             why = std::make_exception_ptr(connection_error("connection closed by the server"));
         }
         fail_all(why);
-        socket.abort();
+        conn->abort();
         try {
-            co_await writer->close(); // the writer's loop is done before the state can go
+            co_await conn->close(); // the conn's loop is done before the state can go
         } catch (...) {
         }
         reading = false;
@@ -224,18 +222,27 @@ future<> client::connect(net::socket_address addr) {
     if (_state->attached) {
         throw std::logic_error("rpc::client::connect: already connected");
     }
-    net::connected_socket s;
+    std::unique_ptr<link> l;
     try {
-        s = co_await _transport.connect(addr);
+        if (_transport.name == "rdma" && _state->options.rdma_messages) {
+            net::rdma::connection c = co_await net::rdma::connect_rc(addr);
+            l = rdma_link(std::move(c), _state->options.rdma_read_threshold);
+        } else {
+            l = stream_link(co_await _transport.connect(addr));
+        }
     } catch (...) {
         throw connection_error(
             fmt::format("cannot connect to {}: {}", addr.to_string(), std::current_exception()));
     }
-    attach(std::move(s));
+    attach(std::move(l));
 }
 
 void client::attach(net::connected_socket s) {
-    _state->attach(std::move(s));
+    _state->attach(stream_link(std::move(s)));
+}
+
+void client::attach(std::unique_ptr<link> l) {
+    _state->attach(std::move(l));
 }
 
 bool client::connected() const noexcept {
@@ -327,7 +334,7 @@ future<> client::send_one_way(outgoing_frame f) {
     auto& cs = local_client_stats();
     ++cs.one_way;
     cs.sent_bytes += f.wire_size();
-    st.writer->send(std::move(f));
+    st.conn->send(std::move(f));
     return make_ready_future<>();
 }
 
@@ -341,16 +348,16 @@ future<> client::close() {
         auto deadline = steady_clock_type::now() + st->options.close_timeout;
         try {
             co_await with_timeout(deadline, st->wait_idle());
-            co_await with_timeout(deadline, st->writer->close());
+            co_await with_timeout(deadline, st->conn->close());
             co_await with_timeout(deadline, st->wait_reader());
         } catch (...) {
         }
     }
     st->fail_all(std::make_exception_ptr(connection_error("rpc::client closed")));
-    st->socket.abort();
+    st->conn->abort();
     co_await st->wait_reader();
-    if (st->writer) {
-        co_await st->writer->close();
+    if (st->conn) {
+        co_await st->conn->close();
     }
 }
 
@@ -358,7 +365,7 @@ void client::abort() noexcept {
     auto& st = *_state;
     if (st.attached) {
         st.fail_all(std::make_exception_ptr(connection_error("rpc::client aborted")));
-        st.socket.abort();
+        st.conn->abort();
     }
 }
 
