@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -46,6 +47,9 @@ struct server_config {
     bool tick_clock = true;
     /// The TCP port for `stats settings`.
     uint16_t port = 11211;
+    /// Makes each shard's page source (called on the shard, with the page size and the most
+    /// pages the store uses); null: heap pages. The RDMA front end needs registered pages.
+    std::function<std::unique_ptr<page_source>(size_t page_size, size_t pages)> page_source_factory;
 };
 
 /// Counters shared by all shards (connection admission).
