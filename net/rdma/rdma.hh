@@ -19,4 +19,6 @@
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/nic_local.hh"
 #include "net/rdma/options.hh"
+#include "net/rdma/peer.hh"
+#include "net/rdma/remote_pool.hh"
 #include "net/rdma/ring_channel.hh"
