@@ -230,6 +230,7 @@ int main(int argc, char** argv) {
     a.add_option("seconds", "seconds per throughput run", "3");
     a.add_option("sizes", "round-trip sizes", "128,4K,64K");
     a.add_option("bw-size", "throughput message size", "1M");
+    a.add_option("ring-depth", "ring channel sends in flight", "1024");
     a.add_flag("json", "print JSON");
     a.add_option("server-shard", "shard of the servers (the client runs on shard 0)", "1");
     if (auto rc = a.parse(argc, argv)) {
@@ -253,9 +254,9 @@ int main(int argc, char** argv) {
         size_t bw_size = parse_size(a.get("bw-size"));
         // Server on shard 1: echo/drain streams, and a region for one-sided writes.
         // Ring channels for the small-record comparison: one ring (and port) per record size.
-        const std::array<size_t, 2> ring_sizes = {64, 4096};
+        const std::array<size_t, 4> ring_sizes = {64, 1024, 4096, 65536};
         const size_t ring_capacity = size_t(1) << 20;
-        std::array<net::socket_address, 2> ring_addrs;
+        std::array<net::socket_address, 4> ring_addrs;
         for (size_t i = 0; i < ring_addrs.size(); ++i) {
             ring_addrs[i] = net::socket_address::from_host_port(ip, uint16_t(18520 + i));
         }
@@ -308,6 +309,7 @@ int main(int argc, char** argv) {
             pos = comma == std::string::npos ? sizes.size() : comma + 1;
         }
         double seconds = std::stod(a.get("seconds"));
+        const unsigned ring_depth = unsigned(a.get_size("ring-depth"));
         future<double> sbw = measure_stream_bw(drain_addr, bw_size, seconds);
         double stream_mbps = co_await std::move(sbw);
         future<double> wbw = measure_write_bw(rc_addr, bw_size, seconds, 4);
@@ -315,12 +317,18 @@ int main(int argc, char** argv) {
         // Small records one way: the ring channel (one WRITE_WITH_IMM each) against the stream
         // (writes gathered into large messages), side by side.
         std::vector<std::pair<double, double>> ring_rows;
+        std::vector<double> doorbells_per_record; // the consumer's receive completions per record
         for (size_t i = 0; i < ring_sizes.size(); ++i) {
-            future<double> rr = measure_ring_rate(ring_addrs[i], ring_sizes[i], seconds, 64);
+            future<double> rr = measure_ring_rate(ring_addrs[i], ring_sizes[i], seconds, ring_depth);
             double ring_rate = co_await std::move(rr);
             future<double> sr = measure_stream_rate(drain_addr, ring_sizes[i], seconds);
             double stream_rate = co_await std::move(sr);
             ring_rows.emplace_back(ring_rate, stream_rate);
+            future<double> dpr = submit_to(server_shard, [i] {
+                const auto& st = ring_servers[i]->ring->stats();
+                return st.messages ? double(st.doorbells) / double(st.messages) : 0.0;
+            });
+            doorbells_per_record.push_back(co_await std::move(dpr));
         }
         if (a.has("json")) {
             std::printf("{\"rtt\": [");
@@ -330,8 +338,10 @@ int main(int argc, char** argv) {
             }
             std::printf("], \"ring_vs_stream\": [");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
-                std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f}",
-                            i ? ", " : "", ring_sizes[i], ring_rows[i].first, ring_rows[i].second);
+                std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
+                            "\"ring_doorbells_per_msg\": %.3f}",
+                            i ? ", " : "", ring_sizes[i], ring_rows[i].first, ring_rows[i].second,
+                            doorbells_per_record[i]);
             }
             std::printf("], \"stream_MBps\": %.1f, \"write_MBps\": %.1f, \"bw_size\": %zu}\n", stream_mbps,
                         write_mbps, bw_size);
@@ -345,12 +355,14 @@ int main(int argc, char** argv) {
                         stream_mbps);
             std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
                         write_mbps);
-            std::printf("%-28s %14s %14s %8s\n", "one way, small records", "ring msg/s", "stream msg/s",
-                        "ring/str");
+            std::printf("%-28s %14s %14s %8s %12s\n", "one way, records", "ring msg/s", "stream msg/s",
+                        "ring/str", "imm/record");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
-                std::printf("%-28s %14.0f %14.0f %8.2f\n", fmt::format("  {} B", ring_sizes[i]).c_str(),
-                            ring_rows[i].first, ring_rows[i].second,
-                            ring_rows[i].second > 0 ? ring_rows[i].first / ring_rows[i].second : 0.0);
+                std::printf("%-28s %14.0f %14.0f %8.2f %12.3f\n",
+                            fmt::format("  {} B", ring_sizes[i]).c_str(), ring_rows[i].first,
+                            ring_rows[i].second,
+                            ring_rows[i].second > 0 ? ring_rows[i].first / ring_rows[i].second : 0.0,
+                            doorbells_per_record[i]);
             }
         }
         co_await submit_to(server_shard, [] {
