@@ -129,6 +129,22 @@ public:
         (void)doorbells(std::move(self), std::move(c), _gen);
     }
 
+    std::optional<std::span<const char>> try_receive() {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
+        if (_waiter) {
+            throw std::logic_error("ring_consumer::try_receive() called while a receive() is pending");
+        }
+        release();
+        return next();
+    }
+
+    std::exception_ptr error() const noexcept { return _error; }
+
+    void notify(void (*fn)(void*) noexcept, void* ctx) noexcept {
+        _notify = fn;
+        _notify_ctx = ctx;
+    }
+
     future<std::span<const char>> receive() {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
         if (_waiter) {
@@ -218,6 +234,9 @@ private:
                 pr.set_value(*m);
             }
         }
+        if (_notify) {
+            _notify(_notify_ctx);
+        }
     }
 
     /// The next message announced and not yet handed out; skips wrap markers (releasing their
@@ -277,6 +296,9 @@ private:
             _waiter.reset();
             pr.set_exception(std::move(ex));
         }
+        if (_notify) {
+            _notify(_notify_ctx);
+        }
     }
 
     void broken(const std::string& what) {
@@ -304,6 +326,8 @@ private:
     std::optional<promise<std::span<const char>>> _waiter;
     std::exception_ptr _error;
     bool _shut = false;
+    void (*_notify)(void*) noexcept = nullptr; // told of every doorbell and failure (ring_fan_in)
+    void* _notify_ctx = nullptr;
     ring_consumer_stats _stats;
 };
 
@@ -620,6 +644,15 @@ future<std::span<const char>> ring_consumer::receive() {
 }
 void ring_consumer::release() noexcept {
     _s->release();
+}
+std::optional<std::span<const char>> ring_consumer::try_receive() {
+    return _s->try_receive();
+}
+std::exception_ptr ring_consumer::error() const noexcept {
+    return _s->error();
+}
+void ring_consumer::notify(void (*fn)(void*) noexcept, void* ctx) noexcept {
+    _s->notify(fn, ctx);
 }
 size_t ring_consumer::capacity() const noexcept {
     return _s->capacity();

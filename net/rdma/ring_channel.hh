@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 
 namespace shoal::net::rdma {
@@ -97,6 +99,14 @@ public:
     future<std::span<const char>> receive();
     /// Gives the space of the message last received back to the producer now.
     void release() noexcept;
+    /// `receive()` without waiting: the next message whose doorbell arrived, or nothing. Not
+    /// while a `receive()` is pending (std::logic_error).
+    std::optional<std::span<const char>> try_receive();
+    /// Why the attached connection failed (null while it works or none is attached).
+    std::exception_ptr error() const noexcept;
+    /// Calls `fn(ctx)` after every doorbell and failure (null: nobody); for one owner that
+    /// serves several rings (`ring_fan_in`). `ctx` must outlive the ring or the next call.
+    void notify(void (*fn)(void*) noexcept, void* ctx) noexcept;
     /// Bytes of the data area.
     size_t capacity() const noexcept;
     /// The largest message a producer can send into this ring.
