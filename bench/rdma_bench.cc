@@ -153,18 +153,20 @@ future<double> measure_stream_bw(net::socket_address a, size_t size, double seco
     co_return double(bytes) / secs / 1e6;
 }
 
-/// Messages per second a ring producer gets into the consumer's ring (`depth` sends in flight).
-future<double> measure_ring_rate(net::socket_address a, size_t size, double seconds, unsigned depth) {
-    rdma::connection c = co_await rdma::connect_rc(a);
-    rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+/// Messages per second `ps` (taken in turn, `inflight_max` sends in flight in all) get into
+/// their consumers' rings in `seconds`.
+future<double> ring_send_rate(std::vector<rdma::ring_producer>& ps, size_t size, double seconds,
+                              size_t inflight_max) {
     std::string msg(size, 'r');
     uint64_t n = 0;
     std::deque<future<>> inflight;
     auto start = clk::now();
     auto end = start + std::chrono::duration<double>(seconds);
+    size_t next = 0;
     while (clk::now() < end) {
-        while (inflight.size() < depth) {
-            inflight.push_back(p.send(std::span<const char>(msg.data(), msg.size())));
+        while (inflight.size() < inflight_max) {
+            inflight.push_back(ps[next].send(std::span<const char>(msg.data(), msg.size())));
+            next = (next + 1) % ps.size();
         }
         co_await std::move(inflight.front());
         inflight.pop_front();
@@ -176,6 +178,14 @@ future<double> measure_ring_rate(net::socket_address a, size_t size, double seco
     }
     double secs = std::chrono::duration<double>(clk::now() - start).count();
     co_return double(n) / secs;
+}
+
+/// Messages per second a ring producer gets into the consumer's ring (`depth` sends in flight).
+future<double> measure_ring_rate(net::socket_address a, size_t size, double seconds, unsigned depth) {
+    rdma::connection c = co_await rdma::connect_rc(a);
+    std::vector<rdma::ring_producer> ps;
+    ps.push_back(co_await rdma::ring_producer::open(c, *c.peer_region()));
+    co_return co_await ring_send_rate(ps, size, seconds, depth);
 }
 
 /// Messages per second through a stream of `size`-byte writes (no message boundaries: the
@@ -195,6 +205,97 @@ future<double> measure_stream_rate(net::socket_address a, size_t size, double se
     double secs = std::chrono::duration<double>(clk::now() - start).count();
     co_return double(n) / secs;
 }
+
+/// A fan-in of 4 rings on the server shard taking every message (one listener per producer).
+struct fan_in_server {
+    std::optional<rdma::ring_fan_in> fan;
+    std::vector<rdma::listener> ls;
+};
+fan_in_server fan_srv;
+
+future<> consume_fan_in() {
+    for (;;) {
+        try {
+            (void)co_await fan_srv.fan->receive();
+        } catch (...) {
+            co_return; // every producer left
+        }
+    }
+}
+
+void start_fan_in_server(const std::array<net::socket_address, 4>& addrs, size_t capacity) {
+    fan_srv.fan.emplace(4, capacity);
+    for (unsigned i = 0; i < 4; ++i) {
+        rdma::listen_options lo;
+        lo.connection = rdma::shard_context::local().opts().connection;
+        lo.connection->region = fan_srv.fan->descriptor(i);
+        fan_srv.ls.push_back(rdma::listen_rc(addrs[i], lo));
+        (void)fan_srv.ls.back()
+            .accept()
+            .then([i](rdma::connection c) {
+                fan_srv.fan->attach(i, std::move(c));
+                if (i == 3) {
+                    (void)consume_fan_in();
+                }
+            })
+            .handle_exception([](std::exception_ptr) {});
+    }
+}
+
+/// Messages per second 4 ring producers (one connection each, `depth` sends in flight each)
+/// get into one fan-in consumer. Connects once (the fan-in takes one connection per producer).
+future<double> measure_fan_in_rate(std::array<net::socket_address, 4> addrs, size_t size, double seconds,
+                                   unsigned depth) {
+    std::vector<rdma::connection> cs;
+    std::vector<rdma::ring_producer> ps;
+    for (const auto& a : addrs) {
+        cs.push_back(co_await rdma::connect_rc(a));
+        ps.push_back(co_await rdma::ring_producer::open(cs.back(), *cs.back().peer_region()));
+    }
+    co_return co_await ring_send_rate(ps, size, seconds, 4 * size_t(depth));
+}
+
+/// MB/s of remote_write (or remote_read) of `size`-byte slices leased from a pool server,
+/// `depth` in flight over a peer with 2 one-sided connections.
+future<double> measure_pool_bw(net::socket_address a, size_t size, bool write, double seconds,
+                               unsigned depth) {
+    rdma::peer p = co_await rdma::peer::connect(a, 2);
+    rdma::remote_pool_client pool(p);
+    std::vector<rdma::remote_region> slices;
+    for (unsigned i = 0; i < depth; ++i) {
+        slices.push_back(co_await pool.allocate(size, 4096));
+    }
+    rdma::buffer local = rdma::shard_context::local().pool().allocate(size);
+    uint64_t bytes = 0;
+    std::deque<future<>> inflight;
+    auto start = clk::now();
+    auto end = start + std::chrono::duration<double>(seconds);
+    unsigned k = 0;
+    while (clk::now() < end) {
+        while (inflight.size() < depth) {
+            const auto& r = slices[k++ % depth];
+            inflight.push_back(write ? pool.remote_write(rdma::span_of(local, 0, size), r)
+                                     : pool.remote_read(rdma::span_of(local, 0, size), r));
+        }
+        co_await std::move(inflight.front());
+        inflight.pop_front();
+        bytes += size;
+    }
+    for (auto& f : inflight) {
+        co_await std::move(f);
+        bytes += size;
+    }
+    double secs = std::chrono::duration<double>(clk::now() - start).count();
+    p.close();
+    co_return double(bytes) / secs / 1e6;
+}
+
+/// A remote memory pool server on the server shard, serving every connection.
+struct pool_server {
+    std::optional<rdma::listener> l;
+    std::optional<rdma::remote_pool_server> srv;
+};
+pool_server pool_srv;
 
 future<double> measure_write_bw(net::socket_address a, size_t size, double seconds, unsigned depth) {
     rdma::connection c = co_await rdma::connect_rc(a);
@@ -230,6 +331,7 @@ int main(int argc, char** argv) {
     a.add_option("seconds", "seconds per throughput run", "3");
     a.add_option("sizes", "round-trip sizes", "128,4K,64K");
     a.add_option("bw-size", "throughput message size", "1M");
+    a.add_option("ring-depth", "ring channel sends in flight", "1024");
     a.add_flag("json", "print JSON");
     a.add_option("server-shard", "shard of the servers (the client runs on shard 0)", "1");
     if (auto rc = a.parse(argc, argv)) {
@@ -253,16 +355,21 @@ int main(int argc, char** argv) {
         size_t bw_size = parse_size(a.get("bw-size"));
         // Server on shard 1: echo/drain streams, and a region for one-sided writes.
         // Ring channels for the small-record comparison: one ring (and port) per record size.
-        const std::array<size_t, 2> ring_sizes = {64, 4096};
+        const std::array<size_t, 4> ring_sizes = {64, 1024, 4096, 65536};
         const size_t ring_capacity = size_t(1) << 20;
-        std::array<net::socket_address, 2> ring_addrs;
+        std::array<net::socket_address, 4> ring_addrs;
         for (size_t i = 0; i < ring_addrs.size(); ++i) {
             ring_addrs[i] = net::socket_address::from_host_port(ip, uint16_t(18520 + i));
         }
+        std::array<net::socket_address, 4> fan_addrs;
+        for (size_t i = 0; i < fan_addrs.size(); ++i) {
+            fan_addrs[i] = net::socket_address::from_host_port(ip, uint16_t(18530 + i));
+        }
+        const auto pool_addr = net::socket_address::from_host_port(ip, 18540);
         // Only trivially destructible captures: GCC 12 may destroy a lambda temporary inside a
         // co_await expression twice (a string captured here crashed with a double free).
         future<> servers_up = submit_to(server_shard, [stream_addr, rc_addr, drain_addr, bw_size, ring_addrs,
-                                                       ring_capacity] {
+                                                       ring_capacity, fan_addrs, pool_addr] {
             srv.sock.emplace(rdma::listen(stream_addr));
             (void)keep_doing([] {
                 return srv.sock->accept().then(
@@ -282,6 +389,13 @@ int main(int argc, char** argv) {
             for (const auto& ra : ring_addrs) {
                 start_ring_server(ra, ring_capacity);
             }
+            start_fan_in_server(fan_addrs, ring_capacity);
+            pool_srv.l.emplace(rdma::listen_rc(pool_addr));
+            pool_srv.srv.emplace();
+            (void)keep_doing([] {
+                return pool_srv.l->accept().then(
+                    [](rdma::connection c) { (void)pool_srv.srv->serve(std::move(c)); });
+            }).handle_exception([](std::exception_ptr) {});
             (void)keep_doing([] {
                 return srv.rc->accept().then([](rdma::connection c) { srv.keep.push_back(std::move(c)); });
             }).handle_exception([](std::exception_ptr) {});
@@ -308,6 +422,7 @@ int main(int argc, char** argv) {
             pos = comma == std::string::npos ? sizes.size() : comma + 1;
         }
         double seconds = std::stod(a.get("seconds"));
+        const unsigned ring_depth = unsigned(a.get_size("ring-depth"));
         future<double> sbw = measure_stream_bw(drain_addr, bw_size, seconds);
         double stream_mbps = co_await std::move(sbw);
         future<double> wbw = measure_write_bw(rc_addr, bw_size, seconds, 4);
@@ -315,12 +430,34 @@ int main(int argc, char** argv) {
         // Small records one way: the ring channel (one WRITE_WITH_IMM each) against the stream
         // (writes gathered into large messages), side by side.
         std::vector<std::pair<double, double>> ring_rows;
+        std::vector<double> doorbells_per_record; // the consumer's receive completions per record
         for (size_t i = 0; i < ring_sizes.size(); ++i) {
-            future<double> rr = measure_ring_rate(ring_addrs[i], ring_sizes[i], seconds, 64);
+            future<double> rr = measure_ring_rate(ring_addrs[i], ring_sizes[i], seconds, ring_depth);
             double ring_rate = co_await std::move(rr);
             future<double> sr = measure_stream_rate(drain_addr, ring_sizes[i], seconds);
             double stream_rate = co_await std::move(sr);
             ring_rows.emplace_back(ring_rate, stream_rate);
+            future<double> dpr = submit_to(server_shard, [i] {
+                const auto& st = ring_servers[i]->ring->stats();
+                return st.messages ? double(st.doorbells) / double(st.messages) : 0.0;
+            });
+            doorbells_per_record.push_back(co_await std::move(dpr));
+        }
+        // Four producers into one consumer (ring_fan_in), 64 B records.
+        future<double> fr = measure_fan_in_rate(fan_addrs, 64, seconds, ring_depth / 4);
+        const double fan_in_rate = co_await std::move(fr);
+        // The remote memory pool: remote_write / remote_read of leased slices, 4 deep.
+        struct pool_row {
+            size_t size;
+            double write_mbps, read_mbps;
+        };
+        std::vector<pool_row> pool_rows;
+        for (size_t size : {size_t(4096), size_t(1) << 20}) {
+            future<double> pw = measure_pool_bw(pool_addr, size, true, seconds, 4);
+            double w = co_await std::move(pw);
+            future<double> pr = measure_pool_bw(pool_addr, size, false, seconds, 4);
+            double r = co_await std::move(pr);
+            pool_rows.push_back({size, w, r});
         }
         if (a.has("json")) {
             std::printf("{\"rtt\": [");
@@ -330,8 +467,16 @@ int main(int argc, char** argv) {
             }
             std::printf("], \"ring_vs_stream\": [");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
-                std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f}",
-                            i ? ", " : "", ring_sizes[i], ring_rows[i].first, ring_rows[i].second);
+                std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
+                            "\"ring_doorbells_per_msg\": %.3f}",
+                            i ? ", " : "", ring_sizes[i], ring_rows[i].first, ring_rows[i].second,
+                            doorbells_per_record[i]);
+            }
+            std::printf("], \"fan_in_4x64B_msgs_per_s\": %.0f, \"pool\": [", fan_in_rate);
+            for (size_t i = 0; i < pool_rows.size(); ++i) {
+                std::printf("%s{\"size\": %zu, \"remote_write_MBps\": %.1f, \"remote_read_MBps\": %.1f}",
+                            i ? ", " : "", pool_rows[i].size, pool_rows[i].write_mbps,
+                            pool_rows[i].read_mbps);
             }
             std::printf("], \"stream_MBps\": %.1f, \"write_MBps\": %.1f, \"bw_size\": %zu}\n", stream_mbps,
                         write_mbps, bw_size);
@@ -345,12 +490,22 @@ int main(int argc, char** argv) {
                         stream_mbps);
             std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
                         write_mbps);
-            std::printf("%-28s %14s %14s %8s\n", "one way, small records", "ring msg/s", "stream msg/s",
-                        "ring/str");
+            std::printf("%-28s %14s %14s %8s %12s\n", "one way, records", "ring msg/s", "stream msg/s",
+                        "ring/str", "imm/record");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
-                std::printf("%-28s %14.0f %14.0f %8.2f\n", fmt::format("  {} B", ring_sizes[i]).c_str(),
-                            ring_rows[i].first, ring_rows[i].second,
-                            ring_rows[i].second > 0 ? ring_rows[i].first / ring_rows[i].second : 0.0);
+                std::printf("%-28s %14.0f %14.0f %8.2f %12.3f\n",
+                            fmt::format("  {} B", ring_sizes[i]).c_str(), ring_rows[i].first,
+                            ring_rows[i].second,
+                            ring_rows[i].second > 0 ? ring_rows[i].first / ring_rows[i].second : 0.0,
+                            doorbells_per_record[i]);
+            }
+            std::printf("%-28s %14.0f %14.0f %8.2f\n", "  64 B, ring_fan_in 4 prod.", fan_in_rate,
+                        ring_rows[0].second,
+                        ring_rows[0].second > 0 ? fan_in_rate / ring_rows[0].second : 0.0);
+            std::printf("%-28s %14s %14s\n", "remote pool, 4 deep", "write MB/s", "read MB/s");
+            for (const auto& r : pool_rows) {
+                std::printf("%-28s %14.1f %14.1f\n", fmt::format("  {} B", r.size).c_str(), r.write_mbps,
+                            r.read_mbps);
             }
         }
         co_await submit_to(server_shard, [] {
@@ -359,6 +514,10 @@ int main(int argc, char** argv) {
             srv.rc->abort_accept();
             srv.keep.clear();
             ring_servers.clear();
+            fan_srv.ls.clear();
+            fan_srv.fan.reset();
+            pool_srv.l->abort_accept();
+            pool_srv.srv.reset();
             srv.exported.revoke();
             srv.mem.reset();
         });

@@ -176,10 +176,11 @@ bool reactor::submit_pending() {
 
 bool reactor::submit_and_get_events() {
     unsigned ready = io_uring_sq_ready(&_ring);
-    bool flagged = IO_URING_READ_ONCE(*_ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
-    if (ready == 0 && !flagged) {
+    unsigned kflags = IO_URING_READ_ONCE(*_ring.sq.kflags);
+    if (ready == 0 && !(kflags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) {
         return false;
     }
+    _stats.cq_overflow_flushes += (kflags & IORING_SQ_CQ_OVERFLOW) != 0;
     return account_enter(io_uring_submit_and_get_events(&_ring), "io_uring_submit_and_get_events", _stats,
                          _io_in_flight);
 }
@@ -187,9 +188,13 @@ bool reactor::submit_and_get_events() {
 bool reactor::reap_completions(bool may_enter) {
     // The kernel posts completions only when this thread enters it (COOP_TASKRUN or
     // DEFER_TASKRUN); the TASKRUN flag says some are waiting.
-    if (may_enter && (IO_URING_READ_ONCE(*_ring.sq.kflags) & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW))) {
-        io_uring_get_events(&_ring);
-        ++_stats.io_enter_calls;
+    if (may_enter) {
+        unsigned kflags = IO_URING_READ_ONCE(*_ring.sq.kflags);
+        if (kflags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) {
+            _stats.cq_overflow_flushes += (kflags & IORING_SQ_CQ_OVERFLOW) != 0;
+            io_uring_get_events(&_ring);
+            ++_stats.io_enter_calls;
+        }
     }
     unsigned head;
     unsigned n = 0;
@@ -317,8 +322,11 @@ void reactor::run_tasks(unsigned quota) {
             --quota;
             task* t = q.pop_front();
             ++_stats.tasks_run;
+            uint32_t ticks = _ticks.load(std::memory_order_relaxed);
             t->run_and_dispose();
             if (need_preempt()) {
+                // Two ticks during one task: it ran longer than a whole task-quota period.
+                _stats.long_tasks += _ticks.load(std::memory_order_relaxed) - ticks >= 2;
                 preempted = true;
                 break;
             }

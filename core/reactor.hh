@@ -75,6 +75,13 @@ struct reactor_stats {
     uint64_t polls_entering_twice = 0; ///< polls that entered the kernel twice (submit, then reap)
     uint64_t timers_fired = 0;         ///< timer expirations handled
     uint64_t preemptions = 0;          ///< task rounds cut short by the time quota (need_preempt())
+    /// Tasks that ran across two ticks of the preemption ticker, i.e. longer than one task-quota
+    /// period (`task_quota_time`) at least: tasks that hold the shard too long. Tasks between
+    /// one and two periods are counted only when they happen to straddle two ticks.
+    uint64_t long_tasks = 0;
+    /// Times the reactor found the kernel's CQ-overflow flag up (completions the CQ ring had no
+    /// room for, held back by the kernel until the shard entered it again).
+    uint64_t cq_overflow_flushes = 0;
 };
 
 class timer_base;
@@ -144,6 +151,8 @@ public:
     /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
     /// thread: the engine's ticker calls it every task-quota period.
     void request_preempt() noexcept {
+        // Only the ticker writes _ticks; the shard reads it around tasks to spot long ones.
+        _ticks.store(_ticks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         if (!_sleeping.load(std::memory_order_relaxed)) {
             _preempt.store(true, std::memory_order_relaxed);
         }
@@ -159,6 +168,9 @@ public:
 
     /// Number of I/O requests the kernel has not completed yet.
     uint64_t io_in_flight() const noexcept { return _io_in_flight; }
+    /// Completions the kernel dropped because the CQ ring was full and it could not hold them
+    /// back (the ring's `koverflow` counter; zero unless memory ran out, with IORING_FEAT_NODROP).
+    uint64_t cq_dropped() const noexcept { return IO_URING_READ_ONCE(*_ring.cq.koverflow); }
 
     /// [net/tcp] Low level: the shard's io_uring, only for registering resources with it
     /// (provided-buffer rings: io_uring_register_buf_ring). Never submit or reap on it directly:
@@ -202,6 +214,7 @@ private:
     std::function<bool()> _pending_work_check;
     alignas(64) std::atomic<bool> _sleeping{false};
     alignas(64) std::atomic<bool> _preempt{false}; // the flag need_preempt() reads on this shard
+    std::atomic<uint32_t> _ticks{0};               // preemption ticks (same line: the ticker writes both)
 };
 
 /// The reactor of the calling thread; only valid on a shard.

@@ -41,15 +41,22 @@ struct channel {
     std::vector<internal::smp_message*> pending_requests; // touched by the source only
     std::vector<internal::smp_message*> pending_replies;  // touched by the target only
     unsigned in_flight = 0;                               // source only: submitted, not completed
+    unsigned waiting = 0;                                 // source only: calls waiting for a place
+    uint64_t sent = 0;                                    // source only: calls submitted
+    uint64_t received = 0;                                // target only: calls run
     internal::smp_message* waiting_head = nullptr;        // source only: calls waiting for a place
     internal::smp_message* waiting_tail = nullptr;
 
     /// Source: sends `m` now if the pair has room, else queues it behind the other waiters.
     void submit(internal::smp_message* m) {
+        ++sent;
         if (in_flight < smp_max_in_flight && !waiting_head) {
             ++in_flight;
             pending_requests.push_back(m);
-        } else if (waiting_tail) {
+            return;
+        }
+        ++waiting;
+        if (waiting_tail) {
             waiting_tail->_next_waiting = m;
             waiting_tail = m;
         } else {
@@ -64,6 +71,7 @@ struct channel {
             if (!waiting_head) {
                 waiting_tail = nullptr;
             }
+            --waiting;
             ++in_flight;
             pending_requests.push_back(m);
         }
@@ -297,8 +305,10 @@ bool smp_poller::poll() {
             continue;
         }
         size_t n;
-        while ((n = _e.chan(peer, _shard).requests.pop(batch, 64)) > 0) {
+        auto& in = _e.chan(peer, _shard);
+        while ((n = in.requests.pop(batch, 64)) > 0) {
             work = true;
+            in.received += n;
             for (size_t i = 0; i < n; ++i) {
                 batch[i]->run_on_target();
             }
@@ -408,6 +418,21 @@ unsigned shard_count() noexcept {
 
 void internal::smp_message::respond() noexcept {
     g_engine->chan(_source, _target).pending_replies.push_back(this);
+}
+
+smp_queue_stats smp_stats(unsigned peer) noexcept {
+    smp_queue_stats s;
+    if (!g_engine || peer == tl_shard_id || peer >= g_engine->size()) {
+        return s;
+    }
+    const channel& out = g_engine->chan(tl_shard_id, peer);
+    const channel& in = g_engine->chan(peer, tl_shard_id);
+    s.calls_sent = out.sent;
+    s.calls_received = in.received;
+    s.in_flight = out.in_flight;
+    s.waiting = out.waiting;
+    s.backlog = out.pending_requests.size() + in.pending_replies.size();
+    return s;
 }
 
 void internal::smp_submit(unsigned target, smp_message* m) noexcept {

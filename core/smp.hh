@@ -52,6 +52,19 @@ void request_stop();
 /// from B into A, which waits for a call from A into B, ...) can exhaust it; keep nesting shallow.
 inline constexpr unsigned smp_max_in_flight = 256;
 
+/// The calling shard's side of its cross-shard queues with one peer shard. Read on the calling
+/// shard: every field is one that only this shard writes.
+struct smp_queue_stats {
+    uint64_t calls_sent = 0;     ///< calls this shard submitted to the peer (`submit_to` and the like)
+    uint64_t calls_received = 0; ///< calls from the peer this shard ran
+    unsigned in_flight = 0;      ///< calls to the peer between submission and completion
+    unsigned waiting = 0;        ///< calls to the peer waiting for a place (beyond `smp_max_in_flight`)
+    size_t backlog = 0;          ///< requests and replies for the peer not yet published to its rings
+};
+
+/// The counters of the calling shard's queues with `peer` (all zero for itself or outside an engine).
+smp_queue_stats smp_stats(unsigned peer) noexcept;
+
 namespace internal {
 
 /// A unit of cross-shard work: runs on the target shard, then returns to the source shard

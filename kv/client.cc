@@ -2,6 +2,7 @@
 
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
+#include "kv/rdma_transport.hh"
 #include "kv/text_transport.hh"
 
 #include <stdexcept>
@@ -20,9 +21,13 @@ std::vector<std::unique_ptr<internal::client_transport>> make_transports(const c
     std::vector<std::unique_ptr<internal::client_transport>> out;
     for (unsigned i = 0; i < cfg.servers.size(); ++i) {
         const auto& s = cfg.servers[i];
-        out.push_back(
-            std::make_unique<internal::text_transport>(net::socket_address::from_host_port(s.host, s.port), i,
-                                                       cfg.connect_timeout, cfg.request_timeout));
+        auto addr = net::socket_address::from_host_port(s.host, s.port);
+        if (s.transport == endpoint_transport::rdma) {
+            out.push_back(std::make_unique<internal::rdma_transport>(addr, i, cfg.connect_timeout, cfg.rdma));
+        } else {
+            out.push_back(std::make_unique<internal::text_transport>(addr, i, cfg.connect_timeout,
+                                                                     cfg.request_timeout));
+        }
     }
     return out;
 }

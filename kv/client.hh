@@ -4,6 +4,7 @@
 #include "kv/client_transport.hh"
 #include "kv/client_types.hh"
 #include "kv/ketama.hh"
+#include "kv/rdma_client_options.hh"
 #include "kv/server_endpoint.hh"
 
 #include <chrono>
@@ -28,6 +29,9 @@ struct client_config {
     /// request that times out breaks its connection: it and every request behind it fail with
     /// a `connection` error, and the next request connects again.
     std::chrono::milliseconds request_timeout{0};
+    /// The native RDMA protocol's settings (servers with `endpoint_transport::rdma`; needs
+    /// `rdma::start` on the client's shard). request_timeout does not apply to it yet.
+    rdma_client_options rdma;
 };
 
 /// A memcached-protocol client for one shard: keys spread over several servers with ketama

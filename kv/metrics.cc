@@ -56,6 +56,10 @@ metrics::metric_group publish_metrics(server& s) {
                   conn(&connection_stats::bytes_read));
     g.add_counter("shoal_kv_written_bytes_total", "Reply bytes written to clients.",
                   conn(&connection_stats::bytes_written));
+    g.add_histogram(
+        "shoal_kv_request_seconds",
+        "Server time from the read that brought requests to their replies flushed (one sample per read).",
+        s.request_latency());
     return g;
 }
 

@@ -18,6 +18,15 @@ namespace {
 
 logger kv_log("kv");
 
+/// The shard's page source: the configured factory's, else heap pages.
+std::unique_ptr<page_source> make_pages(const server_config& cfg) {
+    size_t page = store::page_size_for(cfg.store);
+    if (cfg.page_source_factory) {
+        return cfg.page_source_factory(page, std::max<size_t>(1, cfg.store.memory_limit / page));
+    }
+    return std::make_unique<heap_page_source>(page);
+}
+
 uint32_t unix_now() {
     return uint32_t(::time(nullptr));
 }
@@ -31,7 +40,7 @@ server::server(server_config cfg, sharded<server>* peers, shared_counters* count
     : _cfg(cfg)
     , _peers(peers)
     , _shared(counters)
-    , _store(cfg.store, std::make_unique<heap_page_source>(store::page_size_for(cfg.store)), unix_now())
+    , _store(cfg.store, make_pages(cfg), unix_now())
     , _started(unix_now()) {
     _clock.set_callback([this] { _store.set_time(unix_now()); });
     if (cfg.tick_clock) {
@@ -324,6 +333,7 @@ future<> server::serve(net::connected_socket s) {
                 break;
             }
             _conn.bytes_read += b.size();
+            auto received = steady_clock_type::now();
             std::string_view data = b.view();
             if (skip) {
                 size_t n = size_t(std::min<uint64_t>(skip, data.size()));
@@ -369,6 +379,7 @@ future<> server::serve(net::connected_socket s) {
             if (!reply.empty()) {
                 co_await write_reply(out, reply);
                 co_await out.flush();
+                _latency.observe(std::chrono::duration<double>(steady_clock_type::now() - received).count());
             }
         }
         co_await out.close();

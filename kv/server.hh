@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/future.hh"
+#include "core/metrics.hh"
 #include "core/sharded.hh"
 #include "core/timer.hh"
 #include "kv/protocol.hh"
@@ -14,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -45,6 +47,9 @@ struct server_config {
     bool tick_clock = true;
     /// The TCP port for `stats settings`.
     uint16_t port = 11211;
+    /// Makes each shard's page source (called on the shard, with the page size and the most
+    /// pages the store uses); null: heap pages. The RDMA front end needs registered pages.
+    std::function<std::unique_ptr<page_source>(size_t page_size, size_t pages)> page_source_factory;
 };
 
 /// Counters shared by all shards (connection admission).
@@ -72,6 +77,9 @@ public:
     kv::store& store() noexcept { return _store; }
     /// This shard's connection counters.
     const connection_stats& conn_stats() const noexcept { return _conn; }
+    /// Server time per read of requests: from the read that brought them to their replies
+    /// flushed (the requests of one read share one sample; reads without a reply have none).
+    const metrics::histogram& request_latency() const noexcept { return _latency; }
 
 private:
     /// Admits an accepted connection under -c (or answers memcached's refusal) and serves it.
@@ -92,6 +100,7 @@ private:
     net::server_socket _ss;
     net::server_connections _conns;
     connection_stats _conn;
+    metrics::histogram _latency = metrics::histogram::exponential(1e-6, 2, 24); // 1 us .. 8 s
     timer<> _clock;
     uint32_t _started;
 };

@@ -1,5 +1,7 @@
 #include "kv/store.hh"
 
+#include "kv/record.hh"
+
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -215,6 +217,9 @@ void store::link(item* it, uint64_t h) noexcept {
     it->hash_next = bucket;
     bucket = it;
     it->state |= item::linked;
+    if (_cfg.remote_readable) {
+        record::seal(it);
+    }
     lru_push(it);
     ++_stats.curr_items;
     ++_stats.total_items;
@@ -254,6 +259,9 @@ void store::unlink(item* it, uint64_t h) noexcept {
     *slot = it->hash_next;
     lru_unlink(it);
     it->state = 0;
+    if (_cfg.remote_readable) {
+        record::invalidate(it); // cached locations of it stop validating now
+    }
     --_stats.curr_items;
     _stats.bytes -= item::memcached_size(it->key_len, it->value_len);
     _classes[it->cls].mem_requested -= item::memcached_size(it->key_len, it->value_len);
@@ -282,10 +290,27 @@ void store::unref(item* it) noexcept {
 void store::release(item* it) noexcept {
     slab_class& c = _classes[it->cls];
     it->state = 0;
+    --c.used;
+    if (_cfg.remote_readable) {
+        // A remote reader may still hold its location: reuse it only after the grace period.
+        it->time = uint32_t(_epoch);
+        it->next = nullptr;
+        (c.quarantine_tail ? c.quarantine_tail->next : c.quarantine) = it;
+        c.quarantine_tail = it;
+        ++_quarantined;
+        return;
+    }
     it->next = c.free;
     c.free = it;
     ++c.free_count;
-    --c.used;
+}
+
+size_t store::record_bytes(const item* it) noexcept {
+    return record::bytes(it->key_len, it->value_len);
+}
+
+size_t store::chunk_need(size_t key_len, size_t value_len) const noexcept {
+    return _cfg.remote_readable ? record::bytes(key_len, value_len) : item::chunk_bytes(key_len, value_len);
 }
 
 unsigned store::class_of(size_t bytes) const noexcept {
@@ -294,7 +319,7 @@ unsigned store::class_of(size_t bytes) const noexcept {
     return unsigned(pos - _classes.begin());
 }
 
-item* store::take_chunk(slab_class& c) noexcept {
+item* store::take_chunk(slab_class& c, bool early) noexcept {
     item* it = nullptr;
     if (c.free) {
         it = c.free;
@@ -303,6 +328,16 @@ item* store::take_chunk(slab_class& c) noexcept {
     } else if (c.carve && c.carve + c.chunk_size <= c.carve_end) {
         it = reinterpret_cast<item*>(c.carve);
         c.carve += c.chunk_size;
+    } else if (c.quarantine && (early || uint32_t(_epoch) - c.quarantine->time >= _cfg.grace_epochs)) {
+        it = c.quarantine;
+        if (uint32_t(_epoch) - it->time < _cfg.grace_epochs) {
+            ++_early_reuses;
+        }
+        c.quarantine = it->next;
+        if (!c.quarantine) {
+            c.quarantine_tail = nullptr;
+        }
+        --_quarantined;
     }
     if (it) {
         ++c.used;
@@ -419,6 +454,19 @@ bool store::steal_page(unsigned cls) noexcept {
         link_to = &it->next;
     }
     *link_to = nullptr;
+    link_to = &v.quarantine;
+    v.quarantine_tail = nullptr;
+    for (item* it = v.quarantine; it; it = it->next) {
+        char* p = reinterpret_cast<char*>(it);
+        if (p >= page && p < page + _page_size) {
+            --_quarantined;
+            continue;
+        }
+        *link_to = it;
+        link_to = &it->next;
+        v.quarantine_tail = it;
+    }
+    *link_to = nullptr;
     if (v.carve >= page && v.carve <= page + _page_size) {
         v.carve = v.carve_end = nullptr;
     }
@@ -446,13 +494,14 @@ bool store::page_has_refs(const slab_class& v, char* page) const noexcept {
 }
 
 item* store::allocate(size_t key_len, size_t value_len) noexcept {
-    unsigned cls = class_of(item::chunk_bytes(key_len, value_len));
+    unsigned cls = class_of(chunk_need(key_len, value_len));
     if (cls >= _classes.size()) {
         return nullptr;
     }
     slab_class& c = _classes[cls];
     for (int attempt = 0; attempt < 3; ++attempt) {
-        if (item* it = take_chunk(c)) {
+        // After an eviction (its chunk is quarantined) memory is short: reuse early.
+        if (item* it = take_chunk(c, attempt > 0)) {
             it->cls = uint8_t(cls);
             return it;
         }
@@ -461,7 +510,7 @@ item* store::allocate(size_t key_len, size_t value_len) noexcept {
         }
         break;
     }
-    if (item* it = take_chunk(c)) {
+    if (item* it = take_chunk(c, true)) {
         it->cls = uint8_t(cls);
         return it;
     }
@@ -590,6 +639,67 @@ store_result store::put(store_mode mode, std::string_view key, uint64_t h, uint3
     return store_result::stored;
 }
 
+item* store::reserve(std::string_view key, uint32_t client_flags, int64_t exptime, size_t value_len,
+                     store_result* why) noexcept {
+    if (item::memcached_size(key.size(), value_len) > _cfg.max_item_size) {
+        ++_stats.store_too_large;
+        *why = store_result::too_large;
+        return nullptr;
+    }
+    item* it = new_item(key, client_flags, expiry_of(exptime), value_len);
+    if (!it) {
+        ++_stats.store_no_memory;
+        *why = store_result::no_memory;
+        return nullptr;
+    }
+    ref(it); // keeps it off the free list and its page from moving until commit or abandon
+    return it;
+}
+
+store_result store::commit(store_mode mode, item* it, uint64_t h, uint64_t cas_in,
+                           uint64_t* cas_out) noexcept {
+    ++_stats.cmd_set;
+    item* old = live(it->key(), h);
+    store_result r = store_result::stored;
+    switch (mode) {
+    case store_mode::add:
+        r = old ? store_result::not_stored : r;
+        break;
+    case store_mode::replace:
+        r = old ? r : store_result::not_stored;
+        break;
+    case store_mode::cas:
+        if (!old) {
+            ++_stats.cas_misses;
+            r = store_result::not_found;
+        } else if (old->cas != cas_in) {
+            ++_stats.cas_badval;
+            r = store_result::exists;
+        } else {
+            ++_stats.cas_hits;
+        }
+        break;
+    default:
+        break;
+    }
+    if (r != store_result::stored) {
+        unref(it);
+        return r;
+    }
+    it->cas = next_cas();
+    it->time = _now;
+    if (old) {
+        replace(old, it, h);
+    } else {
+        link(it, h);
+    }
+    unref(it);
+    if (cas_out) {
+        *cas_out = it->cas;
+    }
+    return r;
+}
+
 store_result store::reject_too_large(std::string_view key, uint64_t h, bool drop_old) noexcept {
     ++_stats.cmd_set;
     ++_stats.store_too_large;
@@ -642,7 +752,7 @@ delta_result store::add_delta(std::string_view key, uint64_t h, bool incr, uint6
     for (size_t i = 0; i < n; ++i) {
         *result = *result * 10 + uint64_t(digits[i] - '0');
     }
-    if (n <= it->value_len && it->refs == 0) {
+    if (n <= it->value_len && it->refs == 0 && !_cfg.remote_readable) {
         // In place, padded with spaces: what memcached does when no one else holds the item.
         std::memcpy(it->value_data(), digits, n);
         std::memset(it->value_data() + n, ' ', it->value_len - n);

@@ -21,6 +21,13 @@ struct store_config {
     /// Smallest chunk and the factor between consecutive slab classes (memcached's -n, -f).
     size_t min_chunk = 96;
     double growth_factor = 1.25;
+    /// Items are records remote readers validate (kv/record.hh): each chunk has a trailer
+    /// (version, checksum) sealed when the item is linked and cleared when it is unlinked,
+    /// values never change in place, and a freed chunk is reused only after `grace_epochs`
+    /// calls of `advance_epoch` (sooner only when memory is short: `early_reuses`).
+    bool remote_readable = false;
+    /// Epochs a freed chunk waits before reuse (remote_readable only).
+    uint32_t grace_epochs = 2;
 };
 
 /// What a storage command did.
@@ -109,6 +116,27 @@ public:
     void unref(item* it) noexcept;
     /// References held by replies in flight (0 when no reply holds item memory).
     size_t refs_held() const noexcept { return _refs_held; }
+    /// An unlinked item of `key` with room for `value_len` bytes, for a value written later
+    /// (by a remote client); it holds one reference until `commit` or `abandon`. Null with
+    /// `*why` too_large or no_memory.
+    item* reserve(std::string_view key, uint32_t client_flags, int64_t exptime, size_t value_len,
+                  store_result* why) noexcept;
+    /// Links a reserved item whose value is now written, under `mode` (set, add, replace, cas
+    /// with `cas_in`) as `put` would; `*cas_out` receives its unique when stored. The item is
+    /// released whatever the outcome.
+    store_result commit(store_mode mode, item* it, uint64_t h, uint64_t cas_in, uint64_t* cas_out) noexcept;
+    /// Gives a reserved item back unused.
+    void abandon(item* it) noexcept { unref(it); }
+    /// Bytes a remote reader READs for `it` (its record, kv/record.hh; remote_readable only).
+    static size_t record_bytes(const item* it) noexcept;
+    /// Starts a new epoch: chunks freed `grace_epochs` epochs ago become reusable.
+    void advance_epoch() noexcept { ++_epoch; }
+    /// The current epoch.
+    uint64_t epoch() const noexcept { return _epoch; }
+    /// Freed chunks waiting for their grace period.
+    size_t quarantined() const noexcept { return _quarantined; }
+    /// Chunks reused before their grace period because memory was short.
+    uint64_t early_reuses() const noexcept { return _early_reuses; }
     /// Invalidates every item stored before now (delay 0) or before `delay` (an exptime).
     void flush_all(int64_t delay) noexcept;
     /// True when the item is past its exptime or a flush.
@@ -124,6 +152,8 @@ public:
     std::vector<slab_class_info> slab_classes() const;
     /// Bytes of memory this store may use.
     size_t memory_limit() const noexcept { return _cfg.memory_limit; }
+    /// Where the item memory comes from.
+    page_source& pages() noexcept { return *_pages; }
     /// Largest item memcached's accounting allows.
     size_t max_item_size() const noexcept { return _cfg.max_item_size; }
 
@@ -136,6 +166,8 @@ private:
         char* carve_end = nullptr;
         item* free = nullptr;
         size_t free_count = 0;
+        item* quarantine = nullptr; ///< freed chunks, oldest first, stamped in `time`
+        item* quarantine_tail = nullptr;
         size_t used = 0;
         item* lru_head = nullptr;
         item* lru_tail = nullptr;
@@ -145,7 +177,8 @@ private:
 
     unsigned class_of(size_t bytes) const noexcept;
     item* allocate(size_t key_len, size_t value_len) noexcept;
-    item* take_chunk(slab_class& c) noexcept;
+    item* take_chunk(slab_class& c, bool early) noexcept;
+    size_t chunk_need(size_t key_len, size_t value_len) const noexcept;
     bool add_page(unsigned cls) noexcept;
     bool steal_page(unsigned cls) noexcept;
     bool evict_from(unsigned cls) noexcept;
@@ -178,6 +211,9 @@ private:
     uint64_t _cas = 0;
     item* _pinned = nullptr; ///< the item an allocation must not evict (append, incr)
     size_t _refs_held = 0;
+    uint64_t _epoch = 0;
+    size_t _quarantined = 0;
+    uint64_t _early_reuses = 0;
     store_stats _stats;
 };
 

@@ -3,6 +3,9 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
+#include "net/rdma/connection.hh"
+#include "rpc/client_stats.hh"
+#include "rpc/rdma_link.hh"
 
 namespace shoal::rpc {
 
@@ -23,14 +26,13 @@ public:
     struct slot {
         promise<frame> reply;
         timer<> expiry;
+        steady_clock_type::time_point sent; // for the latency histogram
         uint32_t generation = 0;
         bool busy = false;
     };
 
     client_options options;
-    net::connected_socket socket;
-    net::input_stream in;
-    std::unique_ptr<frame_writer> writer;
+    std::unique_ptr<link> conn; // the connection (frames out; the read loop reads frames in)
     std::deque<slot> slots;
     std::vector<uint32_t> free_slots;
     semaphore slots_free;
@@ -41,11 +43,9 @@ public:
     std::optional<promise<>> idle; // close()'s wait for the pending calls
     bool reading = false;
 
-    void attach(net::connected_socket s) {
-        socket = std::move(s);
-        socket.set_nodelay(true);
-        in = socket.input();
-        writer = std::make_unique<frame_writer>(socket.output());
+    void attach(std::unique_ptr<link> l) {
+        conn = std::move(l);
+        conn->set_nodelay();
         attached = true;
         reading = true;
         (void)read_loop();
@@ -79,7 +79,12 @@ public:
         }
         auto reply = s.reply.get_future();
         f.header.request_id = id;
-        writer->send(std::move(f));
+        auto& cs = local_client_stats();
+        ++cs.calls;
+        ++cs.in_flight;
+        cs.sent_bytes += f.wire_size();
+        s.sent = steady_clock_type::now();
+        conn->send(std::move(f));
         return reply;
     }
 
@@ -91,6 +96,7 @@ public:
         ++s.generation;
         free_slots.push_back(index);
         --pending;
+        --local_client_stats().in_flight;
         slots_free.signal(1);
         if (pending == 0 && idle) {
             std::exchange(idle, std::nullopt)->set_value();
@@ -109,6 +115,9 @@ public:
     void expire(uint32_t index) noexcept {
         auto& s = slots[index];
         if (s.busy) {
+            auto& cs = local_client_stats();
+            ++cs.errors;
+            ++cs.timeouts;
             s.reply.set_exception(std::make_exception_ptr(timeout_error("rpc call timed out")));
             release_slot(index);
         }
@@ -120,6 +129,11 @@ public:
         if (index >= slots.size() || !slots[index].busy || slots[index].generation != uint32_t(id >> 32)) {
             return; // the call timed out: its late reply is dropped
         }
+        auto& cs = local_client_stats();
+        ++cs.replies;
+        cs.errors += f.header.type != frame_type::response;
+        cs.latency.observe(
+            std::chrono::duration<double>(steady_clock_type::now() - slots[index].sent).count());
         slots[index].reply.set_value(std::move(f));
         release_slot(index);
     }
@@ -132,12 +146,13 @@ public:
         slots_free.broken(down);
         for (uint32_t i = 0; i < slots.size(); ++i) {
             if (slots[i].busy) {
+                ++local_client_stats().errors;
                 slots[i].reply.set_exception(down);
                 release_slot(i);
             }
         }
-        if (writer) {
-            writer->abort(down);
+        if (conn) {
+            conn->abort_output(down);
         }
     }
 
@@ -146,7 +161,7 @@ public:
         std::exception_ptr why;
         try {
             for (;;) {
-                std::optional<frame> f = co_await read_frame(in, options.max_frame_size);
+                std::optional<frame> f = co_await conn->read_frame(options.max_frame_size);
                 if (!f) {
                     break;
                 }
@@ -159,7 +174,7 @@ public:
             client_log.warn("closing connection: {}", e.what());
             why = std::make_exception_ptr(
                 connection_error(std::string("protocol error from the server: ") + e.what()));
-            socket.abort();
+            conn->abort();
         } catch (...) {
             why = std::make_exception_ptr(
                 connection_error(fmt::format("connection lost: {}", std::current_exception())));
@@ -168,9 +183,9 @@ public:
             why = std::make_exception_ptr(connection_error("connection closed by the server"));
         }
         fail_all(why);
-        socket.abort();
+        conn->abort();
         try {
-            co_await writer->close(); // the writer's loop is done before the state can go
+            co_await conn->close(); // the conn's loop is done before the state can go
         } catch (...) {
         }
         reading = false;
@@ -207,18 +222,27 @@ future<> client::connect(net::socket_address addr) {
     if (_state->attached) {
         throw std::logic_error("rpc::client::connect: already connected");
     }
-    net::connected_socket s;
+    std::unique_ptr<link> l;
     try {
-        s = co_await _transport.connect(addr);
+        if (_transport.name == "rdma" && _state->options.rdma_messages) {
+            net::rdma::connection c = co_await net::rdma::connect_rc(addr);
+            l = rdma_link(std::move(c), _state->options.rdma_read_threshold);
+        } else {
+            l = stream_link(co_await _transport.connect(addr));
+        }
     } catch (...) {
         throw connection_error(
             fmt::format("cannot connect to {}: {}", addr.to_string(), std::current_exception()));
     }
-    attach(std::move(s));
+    attach(std::move(l));
 }
 
 void client::attach(net::connected_socket s) {
-    _state->attach(std::move(s));
+    _state->attach(stream_link(std::move(s)));
+}
+
+void client::attach(std::unique_ptr<link> l) {
+    _state->attach(std::move(l));
 }
 
 bool client::connected() const noexcept {
@@ -307,7 +331,10 @@ future<> client::send_one_way(outgoing_frame f) {
     if (f.header.body_size() > st.options.max_frame_size) {
         return make_exception_future<>(protocol_error("call over the frame size limit"));
     }
-    st.writer->send(std::move(f));
+    auto& cs = local_client_stats();
+    ++cs.one_way;
+    cs.sent_bytes += f.wire_size();
+    st.conn->send(std::move(f));
     return make_ready_future<>();
 }
 
@@ -321,16 +348,16 @@ future<> client::close() {
         auto deadline = steady_clock_type::now() + st->options.close_timeout;
         try {
             co_await with_timeout(deadline, st->wait_idle());
-            co_await with_timeout(deadline, st->writer->close());
+            co_await with_timeout(deadline, st->conn->close());
             co_await with_timeout(deadline, st->wait_reader());
         } catch (...) {
         }
     }
     st->fail_all(std::make_exception_ptr(connection_error("rpc::client closed")));
-    st->socket.abort();
+    st->conn->abort();
     co_await st->wait_reader();
-    if (st->writer) {
-        co_await st->writer->close();
+    if (st->conn) {
+        co_await st->conn->close();
     }
 }
 
@@ -338,7 +365,7 @@ void client::abort() noexcept {
     auto& st = *_state;
     if (st.attached) {
         st.fail_all(std::make_exception_ptr(connection_error("rpc::client aborted")));
-        st.socket.abort();
+        st.conn->abort();
     }
 }
 

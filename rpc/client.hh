@@ -9,6 +9,7 @@
 #include "net/transport.hh"
 #include "rpc/errors.hh"
 #include "rpc/frame_io.hh"
+#include "rpc/link.hh"
 #include "rpc/verb.hh"
 
 #include <chrono>
@@ -29,6 +30,12 @@ struct client_options {
     std::chrono::milliseconds timeout{0};
     /// How long `close()` waits for replies to calls already sent before it aborts.
     std::chrono::milliseconds close_timeout{1000};
+    /// Over the "rdma" transport: true uses the RDMA message path (one SEND per call, large
+    /// bodies by READ; the server must use it too), false the RDMA stream as TCP does.
+    bool rdma_messages = true;
+    /// RDMA message path: frames over this many bytes send their body by one-sided READ (at
+    /// most the peer's receive buffer size is used).
+    size_t rdma_read_threshold = size_t(64) << 10;
 };
 
 namespace detail {
@@ -74,8 +81,10 @@ public:
 
     /// Connects to `addr`. Fails with connection_error naming the address.
     future<> connect(net::socket_address addr);
-    /// Uses `s`, an already connected socket.
+    /// Uses `s`, an already connected socket (frames on its byte stream).
     void attach(net::connected_socket s);
+    /// Uses `l`, an already connected link (e.g. `rdma_link`).
+    void attach(std::unique_ptr<link> l);
 
     /// Calls `F` on the server with `args` (converted to `F`'s parameter types); resolves with
     /// its value (views become owning: string_view -> std::string).

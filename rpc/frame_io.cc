@@ -6,11 +6,20 @@ namespace shoal::rpc {
 
 namespace {
 
+/// Decodes a header read from a stream: the flags of RDMA message links are refused there.
+frame_header decode_stream_header(const char* in, size_t max_frame) {
+    frame_header h = frame_header::decode(in, max_frame);
+    if (h.flags != 0) {
+        throw protocol_error("RPC frame with RDMA-only flags on a stream");
+    }
+    return h;
+}
+
 /// The general case: the frame spans received buffers (read_exactly gathers them).
 future<std::optional<frame>> read_frame_slow(net::input_stream& in, size_t max_frame) {
     net::temporary_buffer head = co_await in.read_exactly(frame_header::size);
     frame f;
-    f.header = frame_header::decode(head.get(), max_frame);
+    f.header = decode_stream_header(head.get(), max_frame);
     size_t body = f.header.body_size();
     if (body > 0) {
         net::temporary_buffer all = co_await in.read_exactly(body);
@@ -32,7 +41,7 @@ future<std::optional<frame>> read_frame(net::input_stream& in, size_t max_frame)
         // arrived together): slice it out, no copy and no coroutine.
         if (b.size() >= frame_header::size) {
             frame f;
-            f.header = frame_header::decode(b.get(), max_frame);
+            f.header = decode_stream_header(b.get(), max_frame);
             size_t total = frame_header::size + f.header.body_size();
             if (b.size() >= total) {
                 f.payload = b.share(frame_header::size, f.header.payload_size);

@@ -3,6 +3,8 @@
 #include "core/coroutine.hh"
 #include "core/log.hh"
 #include "core/timer.hh"
+#include "net/rdma/connection.hh"
+#include "rpc/rdma_link.hh"
 
 #include <cxxabi.h>
 #include <typeinfo>
@@ -46,18 +48,22 @@ struct server_shared {
     std::unordered_map<uint64_t, server::handler_entry> handlers;
     std::list<std::shared_ptr<server_connection>> connections;
     server_stats stats;
+    /// Seconds a handler took, from dispatch to its value or error: 1 us .. 8 s.
+    metrics::histogram handler_seconds = metrics::histogram::exponential(1e-6, 2, 24);
+    uint64_t links_aborted = 0; // RDMA message connections aborted at the stop deadline
     bool stopping = false;
 };
 
 /// One client connection: reads frames while the limits allow, runs each call, queues replies.
 class server_connection : public std::enable_shared_from_this<server_connection> {
 public:
-    server_connection(std::shared_ptr<server_shared> shared, net::connected_socket s)
+    /// `tracked`: the connection's socket is in the server's net::server_connections (which
+    /// shuts its input and counts its abort); false for RDMA message links.
+    server_connection(std::shared_ptr<server_shared> shared, std::unique_ptr<link> l, bool tracked)
         : _shared(std::move(shared))
-        , _socket(std::move(s))
-        , _in(_socket.input())
-        , _writer(_socket.output())
-        , _in_flight(_shared->options.max_in_flight_per_connection) {}
+        , _link(std::move(l))
+        , _in_flight(_shared->options.max_in_flight_per_connection)
+        , _tracked(tracked) {}
 
     /// Serves until the peer closes, a protocol error, or stop; then waits for running calls
     /// and the last replies (stop bounds that wait by aborting the socket).
@@ -69,8 +75,8 @@ public:
         } catch (const protocol_error& e) {
             ++_shared->stats.protocol_errors;
             rpc_log.warn("closing connection from {}: {}", peer(), e.what());
-            _socket.abort();
-            _writer.abort(std::current_exception());
+            _link->abort();
+            _link->abort_output(std::current_exception());
         } catch (...) {
             rpc_log.debug("connection from {} ended: {}", peer(), std::current_exception());
         }
@@ -80,20 +86,30 @@ public:
             co_await _all_done->get_future();
         }
         try {
-            co_await _writer.close();
+            co_await _link->close();
         } catch (...) {
             rpc_log.debug("closing connection to {}: {}", peer(), std::current_exception());
         }
         --_shared->stats.connections_open;
+        _finished = true;
         _shared->connections.erase(self);
     }
 
     /// Stop reading requests (the running calls still reply); the tracker shuts input down.
-    void stop_reading() noexcept { _in_flight.broken(); }
+    void stop_reading() noexcept {
+        _in_flight.broken();
+        if (!_tracked) {
+            _link->shutdown_input();
+        }
+    }
     /// Breaks the connection now; running calls' replies are dropped.
     void abort() noexcept {
-        _socket.abort();
-        _writer.abort(std::make_exception_ptr(connection_error("server stopped")));
+        if (!_tracked && !_finished && !_aborted) {
+            ++_shared->links_aborted;
+        }
+        _aborted = true;
+        _link->abort();
+        _link->abort_output(std::make_exception_ptr(connection_error("server stopped")));
         _in_flight.broken();
         if (_all_done) {
             std::exchange(_all_done, std::nullopt)->set_value();
@@ -103,7 +119,7 @@ public:
 private:
     std::string peer() const {
         try {
-            return _socket.peer_address().to_string();
+            return _link->peer_address().to_string();
         } catch (...) {
             return "?";
         }
@@ -118,11 +134,11 @@ private:
             semaphore_units conn_unit(_in_flight, 1);
             co_await _shared->in_flight.wait(1);
             semaphore_units server_unit(_shared->in_flight, 1);
-            co_await _writer.wait_below(opts.max_queued_reply_bytes);
-            if (_writer.failed() || _shared->stopping) {
+            co_await _link->wait_below(opts.max_queued_reply_bytes);
+            if (_link->failed() || _shared->stopping) {
                 co_return;
             }
-            std::optional<frame> f = co_await read_frame(_in, opts.max_frame_size);
+            std::optional<frame> f = co_await _link->read_frame(opts.max_frame_size);
             if (!f) {
                 co_return;
             }
@@ -153,9 +169,12 @@ private:
         }
         ++_running;
         ++_shared->stats.calls_in_flight;
+        auto started = steady_clock_type::now();
         (void)e.invoke(e.object, std::move(f))
-            .then_wrapped([self = shared_from_this(), one_way, id, cu = std::move(conn_unit),
+            .then_wrapped([self = shared_from_this(), one_way, id, started, cu = std::move(conn_unit),
                            su = std::move(server_unit)](future<outgoing_frame> done) mutable {
+                self->_shared->handler_seconds.observe(
+                    std::chrono::duration<double>(steady_clock_type::now() - started).count());
                 self->finish_call(std::move(done), one_way, id);
             });
     }
@@ -195,21 +214,72 @@ private:
             err.header.request_id = id;
             f = std::move(err);
         }
-        _writer.send(std::move(f));
+        _link->send(std::move(f));
         auto& max = _shared->stats.max_queued_reply_bytes;
-        max = std::max<uint64_t>(max, _writer.queued_bytes());
+        max = std::max<uint64_t>(max, _link->queued_bytes());
     }
 
     std::shared_ptr<server_shared> _shared;
-    net::connected_socket _socket;
-    net::input_stream _in;
-    frame_writer _writer;
+    std::unique_ptr<link> _link;
     semaphore _in_flight;
+    bool _tracked;
+    bool _finished = false;
+    bool _aborted = false;
     unsigned _running = 0;
     std::optional<promise<>> _all_done;
 };
 
 } // namespace detail
+
+namespace detail {
+/// Serves `l` on `shared`'s server until it closes or the server stops.
+future<> serve_link(const std::shared_ptr<server_shared>& shared, std::unique_ptr<link> l, bool tracked) {
+    auto c = std::make_shared<server_connection>(shared, std::move(l), tracked);
+    auto it = shared->connections.insert(shared->connections.end(), c);
+    ++shared->stats.connections_accepted;
+    return c->run(it);
+}
+} // namespace detail
+
+/// The RDMA message path's listener and the connections accepted from it. Its loops use only
+/// this and the shared state, so a server destroyed without `stop()` can leave it behind.
+struct server::rdma_listening {
+    net::rdma::listener listener;
+    gate conns;
+    std::optional<future<>> accepting;
+    std::shared_ptr<detail::server_shared> shared;
+    bool stopped = false;
+
+    void serve(std::unique_ptr<link> l) {
+        if (stopped) {
+            l->abort();
+            return;
+        }
+        conns.enter();
+        (void)detail::serve_link(shared, std::move(l), false)
+            .handle_exception([](std::exception_ptr ex) { rpc_log.debug("connection ended: {}", ex); })
+            .finally([this] { conns.leave(); });
+    }
+
+    future<> accept_loop() {
+        for (;;) {
+            net::rdma::connection c;
+            try {
+                c = co_await listener.accept();
+            } catch (...) {
+                if (!stopped) {
+                    rpc_log.warn("RDMA accept failed: {}", std::current_exception());
+                }
+                co_return;
+            }
+            try {
+                serve(rdma_link(std::move(c), shared->options.rdma_read_threshold));
+            } catch (...) {
+                rpc_log.warn("cannot serve an RDMA connection: {}", std::current_exception());
+            }
+        }
+    }
+};
 
 server::server(net::transport t, server_options o)
     : _transport(std::move(t))
@@ -222,6 +292,15 @@ server::~server() {
     // Without stop() the tracker's serve functions would outlive it: cut what is left (stop()
     // has normally emptied the list already).
     abort_connections();
+    if (_rdma && !_rdma->conns.is_closed()) {
+        // Never stopped: the accept loop and the serve functions still run on it, so it is left
+        // to them (a leak, for a server destroyed against the contract).
+        _rdma->stopped = true;
+        if (_rdma->accepting) {
+            _rdma->listener.abort_accept();
+        }
+        _rdma.release();
+    }
 }
 
 void server::abort_connections() noexcept {
@@ -239,9 +318,13 @@ void server::add_entry(uint64_t id, handler_entry e) {
     }
 }
 
+const metrics::histogram& server::handler_latency() const noexcept {
+    return _shared->handler_seconds;
+}
+
 server_stats server::stats() const noexcept {
     server_stats st = _shared->stats;
-    st.connections_aborted = _conns.aborted();
+    st.connections_aborted = _conns.aborted() + _shared->links_aborted;
     return st;
 }
 
@@ -253,6 +336,12 @@ void server::listen(const net::socket_address& addr, net::listen_options opts) {
     if (!_transport.listen) {
         throw std::logic_error("rpc::server::listen: this server was made without a transport");
     }
+    if (_transport.name == "rdma" && _shared->options.rdma_messages) {
+        make_rdma();
+        _rdma->listener = net::rdma::listen_rc(addr);
+        _rdma->accepting = _rdma->accept_loop();
+        return;
+    }
     opts.reuse_port = true;
     _listener = _transport.listen(addr, opts);
     _conns.accept_from(_listener, [this](net::connected_socket s) { return serve_connection(std::move(s)); });
@@ -263,12 +352,26 @@ void server::serve(net::connected_socket s) {
     _conns.add(std::move(s), [this](net::connected_socket c) { return serve_connection(std::move(c)); });
 }
 
+net::socket_address server::local_address() const {
+    return _rdma ? _rdma->listener.local_address() : _listener.local_address();
+}
+
+void server::make_rdma() {
+    if (!_rdma) {
+        _rdma = std::make_unique<rdma_listening>();
+        _rdma->shared = _shared;
+        _rdma->stopped = _stopped;
+    }
+}
+
+void server::serve(std::unique_ptr<link> l) {
+    make_rdma();
+    _rdma->serve(std::move(l));
+}
+
 future<> server::serve_connection(net::connected_socket s) {
     s.set_nodelay(true);
-    auto c = std::make_shared<detail::server_connection>(_shared, std::move(s));
-    auto it = _shared->connections.insert(_shared->connections.end(), c);
-    ++_shared->stats.connections_accepted;
-    return c->run(it);
+    return detail::serve_link(_shared, stream_link(std::move(s)), true);
 }
 
 future<> server::stop() {
@@ -288,6 +391,16 @@ future<> server::stop() {
     auto done = _conns.stop(_shared->options.stop_timeout);
     timer<> deadline([this] { abort_connections(); });
     deadline.arm(_shared->options.stop_timeout);
+    if (_rdma) {
+        // The RDMA message path: no tracker; accepting stops now, each connection's input was
+        // shut above, and the same deadline aborts the connections left.
+        _rdma->stopped = true;
+        if (_rdma->accepting) {
+            _rdma->listener.abort_accept();
+            co_await std::move(*_rdma->accepting);
+        }
+        co_await _rdma->conns.close();
+    }
     co_await std::move(done);
     deadline.cancel();
     if (_conns.aborted() > 0) {

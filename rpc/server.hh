@@ -2,12 +2,14 @@
 
 #include "core/future.hh"
 #include "core/gate.hh"
+#include "core/metrics.hh"
 #include "core/semaphore.hh"
 #include "net/server_connections.hh"
 #include "net/stream.hh"
 #include "net/transport.hh"
 #include "rpc/errors.hh"
 #include "rpc/frame_io.hh"
+#include "rpc/link.hh"
 #include "rpc/verb.hh"
 
 #include <chrono>
@@ -33,6 +35,12 @@ struct server_options {
     /// How long `stop()` lets running calls finish and replies drain before it aborts the
     /// connections.
     std::chrono::milliseconds stop_timeout{2000};
+    /// Over the "rdma" transport: true accepts connections on the RDMA message path (one SEND
+    /// per reply, large bodies by READ; clients must use it too), false the RDMA stream.
+    bool rdma_messages = true;
+    /// RDMA message path: replies over this many bytes send their body by one-sided READ (at
+    /// most the peer's receive buffer size is used).
+    size_t rdma_read_threshold = size_t(64) << 10;
 };
 
 /// What a server has done (this shard's instance).
@@ -95,6 +103,8 @@ public:
     void listen(const net::socket_address& addr, net::listen_options opts = {});
     /// Serves `s` (a connection accepted or made elsewhere) until it closes or `stop()`.
     void serve(net::connected_socket s);
+    /// Serves `l` (e.g. an `rdma_link`) until it closes or `stop()`.
+    void serve(std::unique_ptr<link> l);
     /// Stops accepting, stops reading requests, lets running calls finish and their replies
     /// drain for `stop_timeout`, then aborts the connections that are left (through
     /// `net::server_connections`). Resolves in bounded time even if a handler never finishes or
@@ -103,9 +113,11 @@ public:
     future<> stop();
 
     /// The address listened on (the port picked when 0 was asked for).
-    net::socket_address local_address() const { return _listener.local_address(); }
+    net::socket_address local_address() const;
     /// Counters of this instance.
     server_stats stats() const noexcept;
+    /// Seconds each handler took (dispatch to value or error), on this shard.
+    const metrics::histogram& handler_latency() const noexcept;
     /// The limits in force.
     const server_options& options() const noexcept;
 
@@ -121,10 +133,13 @@ private:
     void add_handler(C* object);
     void add_entry(uint64_t id, handler_entry e);
     future<> serve_connection(net::connected_socket s);
+    void make_rdma();
     void abort_connections() noexcept;
 
     net::transport _transport;
     net::server_socket _listener;
+    struct rdma_listening; // the RDMA message path's listener and its connections
+    std::unique_ptr<rdma_listening> _rdma;
     std::shared_ptr<detail::server_shared> _shared;
     net::server_connections _conns;
     bool _stopped = false;

@@ -27,8 +27,14 @@ enum class frame_type : uint8_t {
 struct frame_header {
     /// "SRPC" read as a little-endian u32.
     static constexpr uint32_t magic_value = 0x43505253;
-    /// Bumped on every incompatible change of the frame or the encoding.
-    static constexpr uint8_t current_version = 1;
+    /// Bumped on every incompatible change of the frame or the encoding (2: the flags below).
+    static constexpr uint8_t current_version = 2;
+    /// Flag: the payload is not in this message; the receiver READs it (RDMA message links).
+    static constexpr uint16_t flag_remote_payload = 1;
+    /// Flag: the attachments are not in this message; the receiver READs them (RDMA links).
+    static constexpr uint16_t flag_remote_attachments = 2;
+    /// Every flag a receiver knows.
+    static constexpr uint16_t known_flags = flag_remote_payload | flag_remote_attachments;
     /// Bytes of the header on the wire.
     static constexpr size_t size = 40;
 
@@ -38,6 +44,7 @@ struct frame_header {
     uint32_t signature = 0;
     uint32_t payload_size = 0;
     uint32_t attachment_size = 0;
+    uint16_t flags = 0; ///< `flag_*` bits (only RDMA message links send any)
 
     /// Payload and attachment bytes after the header.
     size_t body_size() const noexcept { return size_t(payload_size) + attachment_size; }
@@ -48,16 +55,16 @@ struct frame_header {
         std::memcpy(out + 0, &magic_value, 4);
         out[4] = char(current_version);
         out[5] = char(type);
-        // out[6..7]: flags, zero in version 1
+        std::memcpy(out + 6, &flags, 2);
         std::memcpy(out + 8, &verb, 8);
         std::memcpy(out + 16, &request_id, 8);
         std::memcpy(out + 24, &signature, 4);
         std::memcpy(out + 28, &payload_size, 4);
         std::memcpy(out + 32, &attachment_size, 4);
-        // out[36..39]: reserved, zero in version 1
+        // out[36..39]: reserved, zero
     }
 
-    /// Decodes and checks `size` bytes at `in`: magic, version, frame type, zero flags and
+    /// Decodes and checks `size` bytes at `in`: magic, version, frame type, known flags, zero
     /// reserved bytes, payload + attachment not over `max_frame`. Throws protocol_error.
     static frame_header decode(const char* in, size_t max_frame) {
         uint32_t magic;
@@ -77,11 +84,12 @@ struct frame_header {
         std::memcpy(&flags, in + 6, 2);
         uint32_t reserved;
         std::memcpy(&reserved, in + 36, 4);
-        if (flags != 0 || reserved != 0) {
+        if ((flags & ~known_flags) != 0 || reserved != 0) {
             throw protocol_error("RPC frame with unknown flags");
         }
         frame_header h;
         h.type = frame_type(t);
+        h.flags = flags;
         std::memcpy(&h.verb, in + 8, 8);
         std::memcpy(&h.request_id, in + 16, 8);
         std::memcpy(&h.signature, in + 24, 4);

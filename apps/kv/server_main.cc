@@ -12,10 +12,14 @@
 #include "core/log.hh"
 #include "core/sharded.hh"
 #include "kv/metrics.hh"
+#include "kv/rdma_server.hh"
+#include "kv/registered_page_source.hh"
 #include "kv/server.hh"
+#include "net/rdma/rdma.hh"
 #include "net/socket_address.hh"
 
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -31,18 +35,73 @@ uint64_t megabytes_or_size(const std::string& text) {
     return digits ? parse_size(text) << 20 : parse_size(text);
 }
 
-future<int> run(kv::server_config cfg, net::socket_address addr) {
+/// The native RDMA front end, when asked for (--rdma-port): started before the stores, whose
+/// pages it registers, and stopped after them.
+struct rdma_front {
+    std::optional<net::socket_address> addr;
+    bool rdma_started = false;
+    sharded<kv::rdma_server> servers;
+    bool servers_started = false;
+
+    future<> start_device(kv::server_config& cfg) {
+        if (!addr) {
+            co_return;
+        }
+        co_await net::rdma::start();
+        rdma_started = true;
+        cfg.store.remote_readable = true;
+        cfg.page_source_factory = [](size_t page, size_t pages) -> std::unique_ptr<kv::page_source> {
+            return std::make_unique<kv::registered_page_source>(net::rdma::shard_context::local().pd(), page,
+                                                                pages, false);
+        };
+    }
+    future<> listen(sharded<kv::server>& stores) {
+        if (!addr) {
+            co_return;
+        }
+        co_await servers.start(kv::rdma_server_config{}, &stores);
+        servers_started = true;
+        addr = co_await kv::rdma_listen_on_all_shards(servers, *addr);
+    }
+    future<> stop_servers() {
+        if (servers_started) {
+            co_await servers.stop();
+        }
+    }
+    future<> stop_device() {
+        if (rdma_started) {
+            co_await net::rdma::stop();
+        }
+    }
+};
+
+future<int> run(kv::server_config cfg, net::socket_address addr,
+                std::optional<net::socket_address> rdma_addr) {
     kv::shared_counters counters;
     sharded<kv::server> servers;
-    co_await servers.start(cfg, &servers, &counters);
+    rdma_front front;
+    front.addr = rdma_addr;
     std::exception_ptr failed;
     try {
-        addr = co_await kv::listen_on_all_shards(servers, addr);
+        co_await front.start_device(cfg);
     } catch (...) {
         failed = std::current_exception();
     }
     if (failed) {
+        std::fprintf(stderr, "shoal-kv: --rdma-port: %s\n", fmt::format("{}", failed).c_str());
+        co_return 1;
+    }
+    co_await servers.start(cfg, &servers, &counters);
+    try {
+        addr = co_await kv::listen_on_all_shards(servers, addr);
+        co_await front.listen(servers);
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (failed) {
+        co_await front.stop_servers();
         co_await servers.stop();
+        co_await front.stop_device();
         std::fprintf(stderr, "shoal-kv: %s\n", fmt::format("{}", failed).c_str());
         co_return 1;
     }
@@ -50,12 +109,18 @@ future<int> run(kv::server_config cfg, net::socket_address addr) {
     co_await published.publish([&servers] { return kv::publish_metrics(servers.local()); });
     fmt::print("shoal-kv: listening on {} (memcached text protocol, {} shards, {} MB, max item {} bytes)\n",
                addr.to_string(), shard_count(), cfg.limit_maxbytes >> 20, cfg.store.max_item_size);
+    if (front.addr) {
+        fmt::print("shoal-kv: native RDMA protocol on {} (+ shard: one port per shard)\n",
+                   front.addr->to_string());
+    }
     std::fflush(stdout);
     co_await stop_requested();
     fmt::print("shoal-kv: stopping\n");
     std::fflush(stdout);
     co_await published.clear();
+    co_await front.stop_servers();
     co_await servers.stop();
+    co_await front.stop_device();
     fmt::print("shoal-kv: stopped\n");
     co_return 0;
 }
@@ -71,6 +136,8 @@ int main(int argc, char** argv) {
     a.add_option("max-item-size", "-I: largest item (1m, 512k, bytes)", "1m");
     a.add_option("udp-port", "-U: only 0 (UDP off) is accepted", "0");
     a.add_option("threads", "-t: accepted for memcached compatibility; use --smp", "");
+    a.add_option("rdma-port", "native RDMA protocol: base port (shard s listens on it + s); empty: off", "");
+    a.add_option("rdma-listen", "address of the RDMA device for --rdma-port (default: --listen)", "");
     a.add_option("drain-ms", "on SIGTERM, how long connections may drain before they are aborted", "2000");
     apps::add_metrics_options(a);
     auto args = kv_app::translate_memcached_args(argc, argv);
@@ -83,6 +150,7 @@ int main(int argc, char** argv) {
     }
     kv::server_config cfg;
     net::socket_address addr;
+    std::optional<net::socket_address> rdma_addr;
     try {
         if (a.get("udp-port") != "0") {
             throw std::invalid_argument("-U/--udp-port: UDP is not supported, only 0 is accepted");
@@ -101,6 +169,14 @@ int main(int argc, char** argv) {
         cfg.limits.max_item_size = cfg.store.max_item_size;
         cfg.drain_timeout = std::chrono::milliseconds(a.get_size("drain-ms"));
         addr = net::socket_address::from_host_port(a.get("listen"), cfg.port);
+        if (!a.get("rdma-port").empty()) {
+            uint64_t rport = a.get_size("rdma-port");
+            if (rport == 0 || rport > 65535) {
+                throw std::invalid_argument("--rdma-port " + a.get("rdma-port") + ": a port is 1..65535");
+            }
+            std::string host = a.get("rdma-listen").empty() ? a.get("listen") : a.get("rdma-listen");
+            rdma_addr = net::socket_address::from_host_port(host, uint16_t(rport));
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-kv: %s\n", e.what());
         return 2;
@@ -109,7 +185,7 @@ int main(int argc, char** argv) {
     try {
         return run_shards(smp, [&]() -> future<int> {
             cfg.store.memory_limit = size_t(cfg.limit_maxbytes / shard_count());
-            return apps::with_metrics(a, [&] { return run(cfg, addr); });
+            return apps::with_metrics(a, [&] { return run(cfg, addr, rdma_addr); });
         });
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-kv: %s\n", e.what());

@@ -4,8 +4,10 @@
 #   tests/softroce/run-in-guest.sh --timeout 900 -- apps/rpc/compare_rdma.sh build/release
 # 1. raw stream: shoal-echo over RDMA, 128 B at concurrency 1 and 16 (and 1 MB once);
 # 2. RPC over RDMA: shoal-rpc-bench, same cells, then 1 MB and 8 MB (twice as long);
+# 2b. RPC over the RDMA stream (--rdma-path stream), the path before the message API;
+# 2c. the READ threshold: 8 KB to 60 KB as one SEND and by READ;
 # 3. RPC over TCP in the same guest, same cells;
-# 4. perftest ib_send_bw / ib_write_bw at 1 MiB and 8 MiB.
+# 4. perftest ib_send_bw / ib_write_bw (and ib_read_bw, the bound of the READ scheme) at 1 MiB and 8 MiB.
 # Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RDMA
 # section of docs/performance.md). SECONDS_PER_CELL (default 2) sets the duration of a cell.
 set -u
@@ -46,6 +48,22 @@ for round in 1 2; do
     unserve
 done
 
+echo "== RPC over the RDMA stream (--rdma-path stream)"
+serve "$rpc_bin" server --transport rdma --rdma-path stream --host "$ip" --port 9300 $srv
+"$rpc_bin" bench --transport rdma --rdma-path stream --host "$ip" --port 9300 --sizes 128 --concurrency 1,16 \
+    --duration "$secs" $cli
+"$rpc_bin" bench --transport rdma --rdma-path stream --host "$ip" --port 9300 --sizes 1M,8M --concurrency 1,4 \
+    --duration "$((secs * 2))" $cli --connections-per-shard 1
+unserve
+
+echo "== READ threshold: the same sizes as one SEND (threshold 64K) and by READ (threshold 1K)"
+for threshold in 64K 1K; do
+    serve "$rpc_bin" server --transport rdma --rdma-read-threshold "$threshold" --host "$ip" --port 9400 $srv
+    "$rpc_bin" bench --transport rdma --rdma-read-threshold "$threshold" --host "$ip" --port 9400 \
+        --sizes 8K,16K,32K,60K --concurrency 1,16 --duration "$secs" $cli
+    unserve
+done
+
 echo "== RPC over TCP in the same guest"
 serve "$rpc_bin" server --transport tcp --host "$ip" --port 9200 $srv
 "$rpc_bin" bench --transport tcp --host "$ip" --port 9200 --sizes 128 --concurrency 1,16 --duration "$secs" $cli
@@ -54,7 +72,7 @@ serve "$rpc_bin" server --transport tcp --host "$ip" --port 9200 $srv
 unserve
 
 echo "== perftest (#bytes #iter BW_peak BW_avg[MB/sec] MsgRate)"
-for tool in ib_send_bw ib_write_bw; do
+for tool in ib_send_bw ib_write_bw ib_read_bw; do
     for size in 1048576 8388608; do
         "$tool" -d "$dev" -x "$gid" -s "$size" -n 100 > /dev/null 2>&1 &
         server=$!

@@ -6,7 +6,8 @@
 //   shoal-rpc-bench local  (server and benchmark in one process; same options)
 //
 // Over RDMA (--transport rdma) --host must be the RDMA device's address (rdma_cm refuses
-// loopback).
+// loopback); --rdma-path messages (default: one SEND per call, large bodies by READ) or stream
+// (the RDMA stream, as over TCP) must be the same on server and bench.
 
 #include "apps/common/metrics.hh"
 #include "apps/common/options.hh"
@@ -36,9 +37,12 @@ namespace {
 
 /// Starts a server on every shard listening on `addr`; returns the address (port picked).
 future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::transport t,
-                                          net::socket_address addr, size_t max_frame) {
+                                          net::socket_address addr, size_t max_frame, bool rdma_messages,
+                                          size_t read_threshold) {
     rpc::server_options so;
     so.max_frame_size = max_frame;
+    so.rdma_messages = rdma_messages;
+    so.rdma_read_threshold = read_threshold;
     co_await servers.start(t, so);
     co_await servers.invoke_on(0, [&addr](rpc::server& s) {
         rpc_bench::register_verbs(s);
@@ -75,18 +79,20 @@ future<int> with_transport(net::transport t, Body body) {
     co_return rc;
 }
 
-future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame) {
-    return with_transport(t, [t, addr, max_frame](sharded<rpc::server>& servers) -> future<int> {
-        auto where = co_await start_servers(servers, t, addr, max_frame);
-        apps::shard_metric_groups published;
-        co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
-        fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name, where.to_string(),
-                   shard_count());
-        std::fflush(stdout);
-        co_await stop_requested();
-        co_await published.clear();
-        co_return 0;
-    });
+future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame, bool rdma_messages,
+                       size_t read_threshold) {
+    return with_transport(
+        t, [t, addr, max_frame, rdma_messages, read_threshold](sharded<rpc::server>& servers) -> future<int> {
+            auto where = co_await start_servers(servers, t, addr, max_frame, rdma_messages, read_threshold);
+            apps::shard_metric_groups published;
+            co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
+            fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name,
+                       where.to_string(), shard_count());
+            std::fflush(stdout);
+            co_await stop_requested();
+            co_await published.clear();
+            co_return 0;
+        });
 }
 
 future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool json, std::string svg) {
@@ -98,9 +104,13 @@ future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool j
                 largest = std::max(largest, s);
             }
             o.server =
-                co_await start_servers(servers, t, o.server, std::max<size_t>(largest + 4096, 64 << 20));
+                co_await start_servers(servers, t, o.server, std::max<size_t>(largest + 4096, 64 << 20),
+                                       o.rdma_messages, o.rdma_read_threshold);
         }
+        apps::shard_metric_groups client_metrics; // calls and their latency, with --prometheus-port
+        co_await client_metrics.publish([] { return rpc::publish_client_metrics(); });
         cells = co_await rpc_bench::run(t, o);
+        co_await client_metrics.clear();
         co_return 0;
     });
     std::string title = fmt::format("shoal RPC echo over {} ({} payload, {} shards)", t.name,
@@ -144,6 +154,9 @@ int main(int argc, char** argv) {
     a.add_option("warmup", "unmeasured seconds before each cell", "0.2");
     a.add_option("connections-per-shard", "connections each client shard opens (callers share them)", "4");
     a.add_option("payload", "attachment (sent uncopied) or string (serialized)", "attachment");
+    a.add_option("rdma-path", "over RDMA: messages (one SEND per call, large bodies by READ) or stream",
+                 "messages");
+    a.add_option("rdma-read-threshold", "over RDMA messages: bodies of larger frames travel by READ", "64K");
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
@@ -190,6 +203,11 @@ int main(int argc, char** argv) {
             throw std::invalid_argument("--payload is attachment or string");
         }
         o.string_payload = a.get("payload") == "string";
+        if (a.get("rdma-path") != "messages" && a.get("rdma-path") != "stream") {
+            throw std::invalid_argument("--rdma-path is messages or stream");
+        }
+        o.rdma_messages = a.get("rdma-path") == "messages";
+        o.rdma_read_threshold = size_t(parse_size(a.get("rdma-read-threshold")));
         o.label = "rpc-" + t.name;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());
@@ -199,7 +217,7 @@ int main(int argc, char** argv) {
         return run_shards(smp, [&]() -> future<int> {
             return apps::with_metrics(a, [&]() -> future<int> {
                 if (mode == "server") {
-                    return run_server(t, o.server, size_t(64) << 20);
+                    return run_server(t, o.server, size_t(64) << 20, o.rdma_messages, o.rdma_read_threshold);
                 }
                 return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
             });

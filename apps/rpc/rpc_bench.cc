@@ -69,7 +69,8 @@ future<> caller(rpc::client& c, const net::temporary_buffer& payload, bool strin
 }
 
 future<shard_result> run_shard(net::transport t, net::socket_address server, size_t size, unsigned callers,
-                               unsigned connections, bool string_payload, steady_clock_type::duration warmup,
+                               unsigned connections, bool string_payload, bool rdma_messages,
+                               size_t read_threshold, steady_clock_type::duration warmup,
                                steady_clock_type::duration duration) {
     shard_result r;
     if (callers == 0) {
@@ -79,6 +80,8 @@ future<shard_result> run_shard(net::transport t, net::socket_address server, siz
     for (unsigned i = 0; i < std::min(callers, std::max(connections, 1u)); ++i) {
         rpc::client_options co;
         co.max_frame_size = std::max<size_t>(co.max_frame_size, size + 4096);
+        co.rdma_messages = rdma_messages;
+        co.rdma_read_threshold = read_threshold;
         clients.push_back(std::make_unique<rpc::client>(t, co));
         co_await clients.back()->connect(server);
     }
@@ -114,7 +117,7 @@ future<std::vector<echo::cell_result>> run(net::transport t, options o) {
                 unsigned callers = c / n + (s < c % n ? 1 : 0);
                 shards.push_back(submit_to(s, [=] {
                     return run_shard(t, o.server, size, callers, o.connections_per_shard, o.string_payload,
-                                     warmup, duration);
+                                     o.rdma_messages, o.rdma_read_threshold, warmup, duration);
                 }));
             }
             echo::cell_result cell;

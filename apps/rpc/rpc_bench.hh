@@ -25,10 +25,12 @@ struct options {
     net::socket_address server;
     std::vector<size_t> sizes;
     std::vector<unsigned> concurrency;
-    std::chrono::duration<double> duration{1.0}; ///< measured seconds per cell
-    std::chrono::duration<double> warmup{0.2};   ///< unmeasured seconds before
-    unsigned connections_per_shard = 4;          ///< callers of a shard share this many connections
-    bool string_payload = false;                 ///< echo_string instead of echo (attachment)
+    std::chrono::duration<double> duration{1.0};   ///< measured seconds per cell
+    std::chrono::duration<double> warmup{0.2};     ///< unmeasured seconds before
+    unsigned connections_per_shard = 4;            ///< callers of a shard share this many connections
+    bool string_payload = false;                   ///< echo_string instead of echo (attachment)
+    bool rdma_messages = true;                     ///< over RDMA: the message path (false: the stream)
+    size_t rdma_read_threshold = size_t(64) << 10; ///< RDMA message path: bodies over it by READ
     std::string label = "rpc";
 };
 

@@ -2,6 +2,7 @@
 
 #include "core/coroutine.hh"
 #include "core/log.hh"
+#include "core/timer.hh"
 #include "net/tcp/tcp.hh"
 
 #include <fmt/format.h>
@@ -67,6 +68,23 @@ future<response> server::dispatch(const request& r) {
 future<> server::serve(connected_socket s) {
     auto in = s.input();
     auto out = s.output();
+    // Every read waits at most idle_timeout: the timer aborts it, and the connection ends.
+    abort_source idle;
+    timer<> idle_timer([&idle] { idle.request_abort(); });
+    auto read = [&]() -> future<temporary_buffer> {
+        idle_timer.rearm(steady_clock_type::now() + _limits.idle_timeout);
+        temporary_buffer b;
+        try {
+            b = co_await in.read(idle);
+        } catch (const abort_requested_exception&) {
+            ++_idle_closed;
+            http_log.debug(
+                "closing a connection idle for {} ms",
+                std::chrono::duration_cast<std::chrono::milliseconds>(_limits.idle_timeout).count());
+        }
+        idle_timer.cancel();
+        co_return b; // empty on timeout: handled as the end of the stream
+    };
     std::string buf;
     bool keep = true;
     if (_conns.open() > _limits.max_connections) {
@@ -88,7 +106,7 @@ future<> server::serve(connected_socket s) {
                 too_long = true;
                 break;
             }
-            temporary_buffer b = co_await in.read();
+            temporary_buffer b = co_await read();
             if (b.empty()) {
                 if (!buf.empty()) {
                     http_log.debug("connection closed in the middle of a request head");
@@ -132,8 +150,8 @@ future<> server::serve(connected_socket s) {
     // response before the peer reads it.
     co_await out.close();
     size_t discarded = 0;
-    while (discarded < linger_bytes) {
-        temporary_buffer b = co_await in.read();
+    while (discarded < linger_bytes && !idle.abort_requested()) {
+        temporary_buffer b = co_await read();
         if (b.empty()) {
             break;
         }

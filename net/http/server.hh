@@ -33,6 +33,9 @@ struct server_limits {
     size_t max_head_bytes = 8192;
     /// Connections served at once; more get 503 and are closed.
     size_t max_connections = 64;
+    /// How long a connection may wait for the client's next bytes (a request not begun or not
+    /// finished, or the client's FIN after the last response) before it is closed.
+    steady_clock_type::duration idle_timeout = std::chrono::seconds(30);
     /// How long `stop()` lets open connections finish before aborting them.
     steady_clock_type::duration drain = std::chrono::seconds(1);
 };
@@ -41,7 +44,8 @@ struct server_limits {
 /// as Prometheus' `GET /metrics`. It answers routes (exact path and method) with keep-alive and
 /// pipelining; everything else gets an error and loses the connection, never the shard: a
 /// malformed request 400, an unknown path 404, another method 405 (with `Allow`), a request body
-/// 400, an oversized head 431, a handler that fails 500, HTTP/2 or later 505.
+/// 400, an oversized head 431, a handler that fails 500, HTTP/2 or later 505. A client that
+/// sends nothing for `idle_timeout` is closed; connections beyond `max_connections` get 503.
 class server {
 public:
     explicit server(server_limits limits = {})
@@ -64,6 +68,10 @@ public:
     uint64_t requests() const noexcept { return _requests; }
     /// Requests answered with a 4xx or 5xx status.
     uint64_t errors() const noexcept { return _errors; }
+    /// Connections closed because the client sent nothing for `idle_timeout`.
+    uint64_t idle_closed() const noexcept { return _idle_closed; }
+    /// Connections open now.
+    size_t connections() const noexcept { return _conns.open(); }
 
 private:
     struct route {
@@ -81,6 +89,7 @@ private:
     server_connections _conns;
     uint64_t _requests = 0;
     uint64_t _errors = 0;
+    uint64_t _idle_closed = 0;
 };
 
 } // namespace shoal::net::http

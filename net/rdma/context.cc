@@ -182,6 +182,10 @@ context_stats shard_context::stats() const noexcept {
     s.last_wqe_events = _last_wqe_events;
     s.last_wqe_timeouts = _last_wqe_timeouts;
     s.srq_limit_events = _srq_limit_events;
+    s.credit_stalls = _closed_credit_stalls;
+    for (const auto* c : _connections) {
+        s.credit_stalls += c->stats().credit_stalls;
+    }
     return s;
 }
 
@@ -220,6 +224,9 @@ void shard_context::unregister_qp(uint32_t qpn) noexcept {
 }
 
 void shard_context::remove_connection(internal::connection_impl* c, unsigned send_queue_depth) noexcept {
+    if (std::find(_connections.begin(), _connections.end(), c) != _connections.end()) {
+        _closed_credit_stalls += c->stats().credit_stalls;
+    }
     erase_one(_connections, c);
     erase_one(_dirty, c);
     erase_one(_starved, c);

@@ -41,6 +41,9 @@ struct context_stats {
     uint64_t last_wqe_events = 0;   ///< QPs whose teardown saw IBV_EVENT_QP_LAST_WQE_REACHED
     uint64_t last_wqe_timeouts = 0; ///< QPs torn down after waiting for it in vain
     uint64_t srq_limit_events = 0;  ///< IBV_EVENT_SRQ_LIMIT_REACHED (the SRQ was refilled)
+    /// Times a connection of the shard stopped sending for lack of the peer's receive credits
+    /// (`connection_stats::credit_stalls` summed over the live connections and the closed ones).
+    uint64_t credit_stalls = 0;
 };
 
 /// One shard's RDMA resources: a protection domain (on a thread domain / parent domain where
@@ -87,6 +90,8 @@ public:
     const options& opts() const noexcept { return _opts; }
     /// A snapshot of the shard's counters.
     context_stats stats() const noexcept;
+    /// The shard's work completions by opcode and status.
+    const internal::wc_counts& completion_counts() const noexcept { return _cq->completion_counts(); }
 
     // --- used by connections and listeners (internal)
 
@@ -175,6 +180,7 @@ private:
     uint64_t _last_wqe_events = 0;
     uint64_t _last_wqe_timeouts = 0;
     uint64_t _srq_limit_events = 0;
+    uint64_t _closed_credit_stalls = 0; // credit_stalls of connections already removed
     std::exception_ptr _device_failure;
     bool _stopping = false;
     std::optional<promise<>> _all_closed;

@@ -88,6 +88,7 @@ unsigned cq_poller::poll_batch() noexcept {
     }
     ++_polling;
     for (int i = 0; i < n; ++i) {
+        _wc_counts.count(_wcs[size_t(i)]);
         handler_of(_wcs[size_t(i)].wr_id)->complete(_wcs[size_t(i)]);
     }
     --_polling;
@@ -103,6 +104,7 @@ unsigned cq_poller::drain() noexcept {
         int n;
         while ((n = ibv_poll_cq(_cq, 16, local)) > 0) {
             for (int i = 0; i < n; ++i) {
+                _wc_counts.count(local[i]);
                 handler_of(local[i].wr_id)->complete(local[i]);
             }
             total += unsigned(n);

@@ -21,6 +21,26 @@ struct cq_stats {
     uint64_t resizes = 0;     ///< times the CQ grew
 };
 
+/// Work completions by opcode (successful ones; a failed completion's opcode is undefined) and
+/// by status (all of them), counted as the poller dispatches them.
+struct wc_counts {
+    static constexpr unsigned slots = 32;
+    uint64_t by_opcode[slots] = {}; ///< indexed by `opcode_index`
+    uint64_t by_status[slots] = {}; ///< indexed by `ibv_wc_status` (the last slot: any larger one)
+
+    /// The slot of an `ibv_wc_opcode`: send-side opcodes (0..15) as they are, receive-side ones
+    /// (IBV_WC_RECV | k) at 16 + k.
+    static constexpr unsigned opcode_index(unsigned op) noexcept { return ((op >> 3) & 16) | (op & 15); }
+    /// Counts one completion.
+    void count(const ibv_wc& wc) noexcept {
+        unsigned st = wc.status < slots ? unsigned(wc.status) : slots - 1;
+        ++by_status[st];
+        if (st == IBV_WC_SUCCESS) {
+            ++by_opcode[opcode_index(unsigned(wc.opcode))];
+        }
+    }
+};
+
 /// A shard's completion queue, its completion channel and the reactor poller that drains it.
 /// Each completion is dispatched to the `completion_handler` its `wr_id` points to. Before the
 /// reactor sleeps, `try_arm` requests a notification (`ibv_req_notify_cq`) and polls once more,
@@ -61,6 +81,8 @@ public:
     unsigned drain() noexcept;
     /// The poller's counters.
     const cq_stats& stats() const noexcept { return _stats; }
+    /// Completions dispatched so far, by opcode and status.
+    const wc_counts& completion_counts() const noexcept { return _wc_counts; }
 
     bool poll() override;
     bool try_arm() override;
@@ -83,6 +105,7 @@ private:
     unsigned _unacked_events = 0;
     unsigned _polling = 0; // nesting depth of dispatch (drain from inside a handler)
     cq_stats _stats;
+    wc_counts _wc_counts;
 };
 
 } // namespace shoal::net::rdma::internal

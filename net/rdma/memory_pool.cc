@@ -242,6 +242,7 @@ buffer memory_pool::try_allocate(size_t size, bool optional) noexcept {
     size_class& c = _classes[index];
     if (optional && double(_stats.in_use_bytes + c.size) > _opts.high_watermark * double(_opts.max_bytes)) {
         ++_stats.failures;
+        ++_stats.watermark_refusals;
         _last_error =
             fmt::format("above the high watermark ({:.0f}% of {} bytes in use)",
                         100.0 * double(_stats.in_use_bytes) / double(_opts.max_bytes), _opts.max_bytes);
@@ -260,6 +261,7 @@ buffer memory_pool::try_allocate(size_t size, bool optional) noexcept {
     }
     ++_stats.allocations;
     ++_stats.in_use_buffers;
+    ++c.in_use;
     _stats.in_use_bytes += c.size;
     _stats.peak_in_use_bytes = std::max(_stats.peak_in_use_bytes, _stats.in_use_bytes);
     return buffer(d);
@@ -290,6 +292,7 @@ void memory_pool::free_local(internal::buffer_desc* d) noexcept {
     d->next_free = c.free;
     c.free = d;
     --_stats.in_use_buffers;
+    --c.in_use;
     _stats.in_use_bytes -= c.size;
 }
 

@@ -35,16 +35,17 @@ struct pool_options {
 
 /// Counters of one pool; read them on the pool's shard.
 struct pool_stats {
-    uint64_t registered_bytes = 0;  ///< bytes in registered regions
-    uint64_t regions = 0;           ///< registered regions
-    uint64_t hugepage_regions = 0;  ///< of which backed by hugepages
-    uint64_t registrations = 0;     ///< ibv_reg_mr calls this pool made
-    uint64_t in_use_bytes = 0;      ///< capacity of the buffers handed out
-    uint64_t in_use_buffers = 0;    ///< buffers handed out
-    uint64_t peak_in_use_bytes = 0; ///< highest in_use_bytes seen
-    uint64_t allocations = 0;       ///< buffers handed out in total
-    uint64_t failures = 0;          ///< allocations refused (limit or watermark)
-    uint64_t remote_frees = 0;      ///< buffers that came home from another shard
+    uint64_t registered_bytes = 0;   ///< bytes in registered regions
+    uint64_t regions = 0;            ///< registered regions
+    uint64_t hugepage_regions = 0;   ///< of which backed by hugepages
+    uint64_t registrations = 0;      ///< ibv_reg_mr calls this pool made
+    uint64_t in_use_bytes = 0;       ///< capacity of the buffers handed out
+    uint64_t in_use_buffers = 0;     ///< buffers handed out
+    uint64_t peak_in_use_bytes = 0;  ///< highest in_use_bytes seen
+    uint64_t allocations = 0;        ///< buffers handed out in total
+    uint64_t failures = 0;           ///< allocations refused (limit or watermark)
+    uint64_t watermark_refusals = 0; ///< of which optional ones refused above the high watermark
+    uint64_t remote_frees = 0;       ///< buffers that came home from another shard
 };
 
 namespace internal {
@@ -139,6 +140,12 @@ public:
     std::optional<uint32_t> lkey_of(const void* p, size_t len) const noexcept;
     /// The pool's counters.
     const pool_stats& stats() const noexcept { return _stats; }
+    /// Number of size classes (the powers of two from `min_buffer` to `max_buffer`).
+    size_t class_count() const noexcept { return _classes.size(); }
+    /// The buffer size of class `i` (< class_count()).
+    size_t class_size(size_t i) const noexcept { return _classes[i].size; }
+    /// Buffers of class `i` handed out now.
+    uint64_t class_in_use_buffers(size_t i) const noexcept { return _classes[i].in_use; }
     /// The options in effect (sizes rounded as described in `pool_options`).
     const pool_options& options() const noexcept { return _opts; }
     /// The shard that owns the pool.
@@ -156,6 +163,7 @@ private:
     };
     struct size_class {
         size_t size = 0;
+        uint64_t in_use = 0; // buffers of this class handed out
         internal::buffer_desc* free = nullptr;
         std::vector<std::unique_ptr<internal::buffer_desc[]>> descs;
     };

@@ -3,6 +3,8 @@
 #include "net/rdma/context.hh"
 #include "net/rdma/memory_pool.hh"
 
+#include <string>
+
 namespace shoal::net::rdma {
 
 namespace {
@@ -17,6 +19,71 @@ metrics::reader from_context(Read read) {
         }
         return double(read(*c));
     };
+}
+
+/// The opcodes a completion series is published for, by label.
+struct opcode_name {
+    const char* label;
+    ibv_wc_opcode op;
+};
+constexpr opcode_name opcodes[] = {
+    {"send", IBV_WC_SEND},
+    {"rdma_write", IBV_WC_RDMA_WRITE},
+    {"rdma_read", IBV_WC_RDMA_READ},
+    {"comp_swap", IBV_WC_COMP_SWAP},
+    {"fetch_add", IBV_WC_FETCH_ADD},
+    {"bind_mw", IBV_WC_BIND_MW},
+    {"local_inv", IBV_WC_LOCAL_INV},
+    {"recv", IBV_WC_RECV},
+    {"recv_rdma_with_imm", IBV_WC_RECV_RDMA_WITH_IMM},
+};
+
+/// Label of each failed `ibv_wc_status`, from IBV_WC_LOC_LEN_ERR (index 0) on.
+constexpr const char* error_names[] = {
+    "loc_len_err",   "loc_qp_op_err", "loc_eec_op_err",     "loc_prot_err",     "wr_flush_err",
+    "mw_bind_err",   "bad_resp_err",  "loc_access_err",     "rem_inv_req_err",  "rem_access_err",
+    "rem_op_err",    "retry_exc_err", "rnr_retry_exc_err",  "loc_rdd_viol_err", "rem_inv_rd_req_err",
+    "rem_abort_err", "inv_eecn_err",  "inv_eec_state_err",  "fatal_err",        "resp_timeout_err",
+    "general_err",   "tm_err",        "tm_rndv_incomplete",
+};
+static_assert(std::size(error_names) == IBV_WC_TM_RNDV_INCOMPLETE);
+
+/// Completions by opcode, errors by status, per-class pool bytes.
+void publish_labelled(metrics::metric_group& g) {
+    for (const auto& o : opcodes) {
+        unsigned slot = internal::wc_counts::opcode_index(unsigned(o.op));
+        g.add_counter(
+            "shoal_rdma_completions_by_opcode_total",
+            "Successful work completions by opcode (receives and the sender's own requests).",
+            from_context([slot](shard_context& c) { return c.completion_counts().by_opcode[slot]; }),
+            {{"opcode", o.label}});
+    }
+    for (unsigned st = IBV_WC_LOC_LEN_ERR; st <= IBV_WC_TM_RNDV_INCOMPLETE; ++st) {
+        g.add_counter(
+            "shoal_rdma_completion_errors_total",
+            "Failed work completions by status (wr_flush_err: requests flushed from a QP in error).",
+            from_context([st](shard_context& c) { return c.completion_counts().by_status[st]; }),
+            {{"status", error_names[st - 1]}});
+    }
+    // One series per size class of the pool (powers of two; sizes it does not use leave none).
+    for (size_t size = 64; size <= (size_t(64) << 20); size <<= 1) {
+        g.add_gauge("shoal_rdma_pool_class_in_use_bytes",
+                    "Bytes of the pool's buffers of this size class handed out now.",
+                    [size]() -> std::optional<double> {
+                        shard_context* c = shard_context::local_or_null();
+                        if (!c) {
+                            return std::nullopt;
+                        }
+                        memory_pool& p = c->pool();
+                        for (size_t i = 0; i < p.class_count(); ++i) {
+                            if (p.class_size(i) == size) {
+                                return double(p.class_in_use_buffers(i) * size);
+                            }
+                        }
+                        return std::nullopt;
+                    },
+                    {{"class", std::to_string(size)}});
+    }
 }
 
 } // namespace
@@ -72,10 +139,17 @@ metrics::metric_group publish_metrics() {
             [](ctx c) { return c.pool().stats().allocations; });
     counter("shoal_rdma_pool_refusals_total", "Pool allocations refused (size limit or high watermark).",
             [](ctx c) { return c.pool().stats().failures; });
+    counter("shoal_rdma_pool_watermark_refusals_total",
+            "Optional allocations (receive windows of new connections) refused above the high watermark.",
+            [](ctx c) { return c.pool().stats().watermark_refusals; });
+    counter("shoal_rdma_credit_stalls_total",
+            "Times a connection stopped sending to wait for the peer's receive credits.",
+            [](ctx c) { return c.stats().credit_stalls; });
     counter("shoal_rdma_pool_remote_frees_total", "Pool buffers freed by another shard.",
             [](ctx c) { return c.pool().stats().remote_frees; });
     counter("shoal_rdma_pool_registrations_total", "ibv_reg_mr calls made by the pool.",
             [](ctx c) { return c.pool().stats().registrations; });
+    publish_labelled(g);
     return g;
 }
 

@@ -14,6 +14,7 @@
 #include "net/rdma/ring_channel.hh"
 
 #include "core/smp.hh"
+#include "core/task.hh"
 #include "net/rdma/error.hh"
 #include "net/rdma/shard_check.hh"
 
@@ -128,6 +129,22 @@ public:
         (void)doorbells(std::move(self), std::move(c), _gen);
     }
 
+    std::optional<std::span<const char>> try_receive() {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
+        if (_waiter) {
+            throw std::logic_error("ring_consumer::try_receive() called while a receive() is pending");
+        }
+        release();
+        return next();
+    }
+
+    std::exception_ptr error() const noexcept { return _error; }
+
+    void notify(void (*fn)(void*) noexcept, void* ctx) noexcept {
+        _notify = fn;
+        _notify_ctx = ctx;
+    }
+
     future<std::span<const char>> receive() {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
         if (_waiter) {
@@ -217,6 +234,9 @@ private:
                 pr.set_value(*m);
             }
         }
+        if (_notify) {
+            _notify(_notify_ctx);
+        }
     }
 
     /// The next message announced and not yet handed out; skips wrap markers (releasing their
@@ -276,6 +296,9 @@ private:
             _waiter.reset();
             pr.set_exception(std::move(ex));
         }
+        if (_notify) {
+            _notify(_notify_ctx);
+        }
     }
 
     void broken(const std::string& what) {
@@ -303,13 +326,15 @@ private:
     std::optional<promise<std::span<const char>>> _waiter;
     std::exception_ptr _error;
     bool _shut = false;
+    void (*_notify)(void*) noexcept = nullptr; // told of every doorbell and failure (ring_fan_in)
+    void* _notify_ctx = nullptr;
     ring_consumer_stats _stats;
 };
 
 // --- producer
 
-/// The producer's staging memory and state; shared by the handle and the pump.
-class ring_producer_state {
+/// The producer's staging memory and state; shared by the handle, the pump and the flush task.
+class ring_producer_state : public std::enable_shared_from_this<ring_producer_state> {
 public:
     ring_producer_state(connection c, const remote_region& ring, page_memory mem, memory_region mr,
                         size_t cap)
@@ -319,15 +344,17 @@ public:
         , _cap(cap)
         , _mask(cap - 1)
         , _mem(std::move(mem))
-        , _mr(std::move(mr)) {}
+        , _mr(std::move(mr))
+        , _flusher(this) {}
 
     /// Takes the indices read from the ring's header (validated by the caller).
     void resume_at(uint64_t w, uint64_t r) noexcept {
         _w = w;
+        _posted = w;
         _r = r;
     }
 
-    future<> send(const std::shared_ptr<ring_producer_state>& self, std::span<const char> msg) {
+    future<> send(std::span<const char> msg) {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
         if (msg.size() > max_message_size()) {
             return make_exception_future<>(std::invalid_argument(fmt::format(
@@ -338,16 +365,17 @@ public:
         if (_error) {
             return make_exception_future<>(_error);
         }
-        if (!_pumping) {
-            if (auto f = issue(msg)) {
-                return std::move(*f);
-            }
+        if (!_pumping && stage(msg)) {
+            _done.push_back(done{_w, promise<>()});
+            future<> f = _done.back().pr.get_future();
+            schedule_flush();
+            return f;
         }
         ++_stats.queued;
         _queue.push_back(pending{msg, promise<>()});
         future<> f = _queue.back().done.get_future();
         if (!_pumping) {
-            start_pump(self);
+            start_pump();
         }
         return f;
     }
@@ -370,44 +398,49 @@ private:
         std::span<const char> msg;
         promise<> done;
     };
+    /// A staged or posted send: resolved once the write carrying its entry completed.
+    struct done {
+        uint64_t end;
+        promise<> pr;
+    };
+    /// Posts the staged entries after the tasks that are already queued (those that run before
+    /// it add to the same batch); holds the state while scheduled. Never allocates.
+    struct flush_task final : task {
+        explicit flush_task(ring_producer_state* s) noexcept
+            : state(s) {}
+        void run_and_dispose() noexcept override {
+            std::shared_ptr<ring_producer_state> self = std::move(hold);
+            state->_flush_scheduled = false;
+            state->flush();
+        }
+        ring_producer_state* state;
+        std::shared_ptr<ring_producer_state> hold;
+    };
 
     size_t room() const noexcept { return _cap - (_w - _r); }
 
-    /// Writes the entry staged at [off, off + len) to the same place of the ring, with the
-    /// doorbell for the current write index. The connection issues one-sided operations in
-    /// call order, even those that wait for a send slot or credit, so doorbells never overtake
-    /// one another.
-    future<> post(size_t off, size_t len) {
-        return _conn.write_with_imm(local_span{_mem.get() + off, uint32_t(len), _mr.lkey()}, _ring,
-                                    ring_layout::header_size + off, low31(_w));
-    }
-
-    /// Writes `msg` (after a wrap marker when it does not fit before the end of the data area).
-    /// Returns its future, or nothing when the ring has no room for it by the cached read index.
-    std::optional<future<>> issue(std::span<const char> msg) {
+    /// Copies `msg` into the staging area at the write index (after a wrap marker when it does
+    /// not fit before the end of the data area) and advances the write index; nothing is posted.
+    /// False when the ring has no room for it by the cached read index (its wrap marker may
+    /// have been staged).
+    bool stage(std::span<const char> msg) noexcept {
         const size_t size = entry_size(msg.size());
         size_t off = _w & _mask;
         const size_t tail = _cap - off;
         if (size > tail) {
+            // The wrap marker is staged as soon as the rest of the lap is free, even when the
+            // message must then wait: a message of nearly the ring's size fits only at offset 0.
             if (room() < tail) {
-                return std::nullopt;
+                return false;
             }
             const entry_header h{0, kind_wrap};
             std::memcpy(_mem.get() + off, &h, sizeof(h));
             _w += tail;
             ++_stats.wraps;
-            future<> marker = post(off, sizeof(h));
-            if (marker.failed()) {
-                std::exception_ptr ex = marker.get_exception();
-                fail(ex);
-                return make_exception_future<>(ex);
-            }
-            // The marker's own result is not needed: if it fails, the connection breaks and the
-            // message's write after it fails too.
             off = 0;
         }
         if (room() < size) {
-            return std::nullopt;
+            return false;
         }
         const entry_header h{uint32_t(msg.size()), kind_message};
         std::memcpy(_mem.get() + off, &h, sizeof(h));
@@ -417,25 +450,72 @@ private:
         _w += size;
         ++_stats.messages;
         _stats.bytes += msg.size();
-        future<> f = post(off, size);
-        if (f.failed()) {
-            std::exception_ptr ex = f.get_exception();
-            fail(ex);
-            return make_exception_future<>(ex);
-        }
-        return f;
+        return true;
     }
 
-    /// Issues queued sends while they fit.
+    void schedule_flush() noexcept {
+        if (!_flush_scheduled) {
+            _flush_scheduled = true;
+            _flusher.hold = shared_from_this();
+            schedule(&_flusher);
+        }
+    }
+
+    /// Posts everything staged since the last flush: one WRITE_WITH_IMM for the contiguous
+    /// entries, whose immediate (the doorbell) carries the write index after the last one; when
+    /// the batch crosses the end of the data area, a plain WRITE of the part before the end
+    /// first (RC ordering: it is in the consumer's memory before the doorbell). The connection
+    /// issues one-sided operations in call order, so doorbells never overtake one another.
+    void flush() noexcept {
+        if (_posted == _w || _error) {
+            return;
+        }
+        const uint64_t from = _posted;
+        const uint64_t to = _w;
+        _posted = to;
+        const size_t off = from & _mask;
+        size_t first = std::min<uint64_t>(to - from, _cap - off);
+        future<> f = make_ready_future<>();
+        if (first < to - from) {
+            ++_stats.plain_writes;
+            (void)_conn
+                .write(local_span{_mem.get() + off, uint32_t(first), _mr.lkey()}, _ring,
+                       ring_layout::header_size + off)
+                .then_wrapped([](future<> w) { w.ignore_ready_future(); }); // its error breaks the connection
+            f = _conn.write_with_imm(local_span{_mem.get(), uint32_t(to - from - first), _mr.lkey()}, _ring,
+                                     ring_layout::header_size, low31(to));
+        } else {
+            f = _conn.write_with_imm(local_span{_mem.get() + off, uint32_t(first), _mr.lkey()}, _ring,
+                                     ring_layout::header_size + off, low31(to));
+        }
+        ++_stats.doorbells;
+        (void)completed(shared_from_this(), std::move(f), to);
+    }
+
+    /// Resolves the sends of a batch once its write completed (or fails everything).
+    static future<> completed(std::shared_ptr<ring_producer_state> self, future<> f, uint64_t end) {
+        try {
+            co_await std::move(f);
+        } catch (...) {
+            self->fail(std::current_exception());
+            co_return;
+        }
+        while (!self->_done.empty() && self->_done.front().end <= end) {
+            self->_done.front().pr.set_value();
+            self->_done.pop_front();
+        }
+    }
+
+    /// Stages queued sends while they fit, then posts them as one batch.
     void drain() {
         while (!_queue.empty() && !_error) {
-            auto f = issue(_queue.front().msg);
-            if (!f) {
-                return;
+            if (!stage(_queue.front().msg)) {
+                break;
             }
-            f->forward_to(std::move(_queue.front().done));
+            _done.push_back(done{_w, std::move(_queue.front().done)});
             _queue.pop_front();
         }
+        flush();
     }
 
     /// The read index the consumer must reach before the head of the queue can progress (its
@@ -456,9 +536,9 @@ private:
         _r = std::max(_r, r);
     }
 
-    void start_pump(const std::shared_ptr<ring_producer_state>& self) {
+    void start_pump() {
         _pumping = true;
-        (void)pump(self);
+        (void)pump(shared_from_this());
     }
 
     /// Runs while sends wait for room: refreshes the read index (READ, then a wait request
@@ -481,8 +561,9 @@ private:
                 if (s._queue.empty() || s._error) {
                     break;
                 }
-                // Still full: every entry issued so far precedes this request (in-order issue),
-                // so the consumer reads it against the write index it already knows.
+                // Still full: every entry staged so far was posted by drain() before this
+                // request (in-order issue), so the consumer reads it against the write index
+                // it already knows.
                 ++s._stats.wait_requests;
                 co_await s._conn.write_with_imm({}, s._ring, 0, imm_wait | low31(s.needed()));
                 uint32_t imm = co_await s._conn.next_immediate();
@@ -502,6 +583,10 @@ private:
             _queue.front().done.set_exception(_error);
             _queue.pop_front();
         }
+        while (!_done.empty()) {
+            _done.front().pr.set_exception(_error);
+            _done.pop_front();
+        }
     }
 
     unsigned _shard;
@@ -509,11 +594,15 @@ private:
     remote_region _ring;
     size_t _cap;
     uint64_t _mask;
-    page_memory _mem;  // staging area (a mirror of the data area) + 64 bytes of scratch
-    memory_region _mr; // destroyed before _mem
-    uint64_t _w = 0;   // end of what this producer wrote
-    uint64_t _r = 0;   // the consumer's read index, as last seen
+    page_memory _mem;     // staging area (a mirror of the data area) + 64 bytes of scratch
+    memory_region _mr;    // destroyed before _mem
+    uint64_t _w = 0;      // end of what this producer staged
+    uint64_t _posted = 0; // end of what this producer posted (announced by a doorbell)
+    uint64_t _r = 0;      // the consumer's read index, as last seen
     std::deque<pending> _queue;
+    std::deque<done> _done;
+    flush_task _flusher;
+    bool _flush_scheduled = false;
     bool _pumping = false;
     std::exception_ptr _error;
     ring_producer_stats _stats;
@@ -555,6 +644,15 @@ future<std::span<const char>> ring_consumer::receive() {
 }
 void ring_consumer::release() noexcept {
     _s->release();
+}
+std::optional<std::span<const char>> ring_consumer::try_receive() {
+    return _s->try_receive();
+}
+std::exception_ptr ring_consumer::error() const noexcept {
+    return _s->error();
+}
+void ring_consumer::notify(void (*fn)(void*) noexcept, void* ctx) noexcept {
+    _s->notify(fn, ctx);
 }
 size_t ring_consumer::capacity() const noexcept {
     return _s->capacity();
@@ -623,7 +721,7 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
 }
 
 future<> ring_producer::send(std::span<const char> msg) {
-    return _s->send(_s, msg);
+    return _s->send(msg);
 }
 size_t ring_producer::max_message_size() const noexcept {
     return _s->max_message_size();

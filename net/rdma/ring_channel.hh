@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 
 namespace shoal::net::rdma {
@@ -43,7 +45,7 @@ struct ring_layout {
 struct ring_consumer_stats {
     uint64_t messages = 0;      ///< messages handed to `receive`
     uint64_t bytes = 0;         ///< their payload bytes
-    uint64_t doorbells = 0;     ///< entries announced by the producer (messages and wrap markers)
+    uint64_t doorbells = 0;     ///< doorbells taken: receive completions (each announces a batch)
     uint64_t wraps = 0;         ///< wrap markers skipped
     uint64_t wait_requests = 0; ///< times the producer found the ring full and asked to be told
     uint64_t pushes = 0;        ///< read indices pushed back to a waiting producer
@@ -53,6 +55,8 @@ struct ring_consumer_stats {
 struct ring_producer_stats {
     uint64_t messages = 0;      ///< messages written into the ring
     uint64_t bytes = 0;         ///< their payload bytes
+    uint64_t doorbells = 0;     ///< batches posted: one WRITE_WITH_IMM each, for all their entries
+    uint64_t plain_writes = 0;  ///< WRITEs without immediate (the part of a batch before the wrap)
     uint64_t wraps = 0;         ///< wrap markers written
     uint64_t queued = 0;        ///< sends that waited (ring full, or earlier sends waiting)
     uint64_t index_reads = 0;   ///< RDMA READs of the consumer's read index
@@ -95,6 +99,14 @@ public:
     future<std::span<const char>> receive();
     /// Gives the space of the message last received back to the producer now.
     void release() noexcept;
+    /// `receive()` without waiting: the next message whose doorbell arrived, or nothing. Not
+    /// while a `receive()` is pending (std::logic_error).
+    std::optional<std::span<const char>> try_receive();
+    /// Why the attached connection failed (null while it works or none is attached).
+    std::exception_ptr error() const noexcept;
+    /// Calls `fn(ctx)` after every doorbell and failure (null: nobody); for one owner that
+    /// serves several rings (`ring_fan_in`). `ctx` must outlive the ring or the next call.
+    void notify(void (*fn)(void*) noexcept, void* ctx) noexcept;
     /// Bytes of the data area.
     size_t capacity() const noexcept;
     /// The largest message a producer can send into this ring.

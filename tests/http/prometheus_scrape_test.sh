@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Prometheus scrape of running shoal apps, each started with `--smp 2 --prometheus-port 0`:
 # /metrics is fetched with curl and checked with `promtool check metrics` (Prometheus' own parser
-# and linter), and each app must stop cleanly on SIGTERM afterwards.
+# and linter), every shoal_* family it has must be in the table of docs/operations.md, and each
+# app must stop cleanly on SIGTERM afterwards.
 # - shoal-echo: both shards answer; bad requests get 404/405/400; a counter moves between scrapes.
 # - shoal-kv: after a set and a get, the KV counters show exactly them.
 # - shoal-rpc-bench server: after a 0.1 s benchmark, the RPC call counter has moved.
@@ -19,6 +20,7 @@ for tool in curl promtool; do
   fi
 done
 
+docs=$(cd "$(dirname "$0")/../.." && pwd)/docs/operations.md
 work=$(mktemp -d)
 pid=""
 fail=0
@@ -58,6 +60,11 @@ scrape() {
   if ! promtool check metrics <"$work/metrics" >"$work/promtool" 2>&1; then
     echo "FAIL: $1: promtool check metrics:"; cat "$work/promtool"; fail=1
   fi
+  # docs/operations.md keeps a table of every metric: each family scraped must be in it.
+  local name
+  for name in $(sed -n 's/^# TYPE \(shoal_[a-z0-9_]*\) .*/\1/p' "$work/metrics"); do
+    grep -q "^| \`$name\` |" "$docs" || { echo "FAIL: $1: $name is not in docs/operations.md"; fail=1; }
+  done
 }
 
 # stop_app LABEL: SIGTERM; the app must exit with 0.

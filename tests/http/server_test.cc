@@ -1,5 +1,6 @@
 // The HTTP server of net/http with the Prometheus route, over real loopback TCP: scrapes gather
 // every shard; bad requests get their status, close the connection, and reach no other shard.
+#include "../tcp/test_util.hh"
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
@@ -188,6 +189,70 @@ TEST(http_server, connections_over_the_limit_get_503) {
         EXPECT_EQ(status_of(r), 503) << r;
         EXPECT_EQ(co_await f.probe_reads(), 0u);
         held.abort();
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+using tcp_test::read_to_end;
+
+/// Reads `s` until the server closes it; the bytes it sent. Fails after 10 s.
+future<std::string> read_until_closed(connected_socket& s) {
+    auto in = std::make_unique<input_stream>(s.input());
+    auto& stream = *in;
+    return with_timeout(steady_clock_type::now() + 10s, read_to_end(stream).finally([in = std::move(in)] {}));
+}
+
+} // namespace
+
+TEST(http_server, a_client_that_never_sends_is_closed_after_the_idle_timeout) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        co_await f.start({.idle_timeout = 200ms});
+        auto started = steady_clock_type::now();
+        connected_socket silent = co_await tcp::connect(f.srv->local_address());
+        connected_socket half = co_await tcp::connect(f.srv->local_address());
+        auto out = half.output();
+        co_await out.write("GET /metr"); // begins a request, never finishes it
+        co_await out.flush();
+        EXPECT_EQ(co_await read_until_closed(silent), "");
+        EXPECT_EQ(co_await read_until_closed(half), "") << "no answer to an unfinished request";
+        EXPECT_GE(steady_clock_type::now() - started, 200ms);
+        EXPECT_EQ(f.srv->idle_closed(), 2u);
+        EXPECT_EQ(f.srv->errors(), 0u);
+        // A client that keeps its connection open after a response is closed too.
+        connected_socket kept = co_await tcp::connect(f.srv->local_address());
+        auto kout = kept.output();
+        co_await kout.write("GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        co_await kout.flush();
+        std::string r = co_await read_until_closed(kept);
+        EXPECT_EQ(status_of(r), 200) << r;
+        EXPECT_EQ(f.srv->idle_closed(), 3u);
+        EXPECT_EQ(co_await f.probe_reads(), 1u);
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(http_server, silent_clients_at_the_connection_cap_are_closed_and_free_their_places) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        co_await f.start({.max_connections = 2, .idle_timeout = 300ms});
+        connected_socket a = co_await tcp::connect(f.srv->local_address());
+        connected_socket b = co_await tcp::connect(f.srv->local_address());
+        // The cap is full of clients that never send: a scrape gets 503 at once.
+        std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        EXPECT_EQ(status_of(r), 503) << r;
+        EXPECT_EQ(co_await f.probe_reads(), 0u);
+        // Then the idle timeout closes them, and scrapes are served again.
+        EXPECT_EQ(co_await read_until_closed(a), "");
+        EXPECT_EQ(co_await read_until_closed(b), "");
+        r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        EXPECT_EQ(status_of(r), 200) << r;
+        EXPECT_EQ(co_await f.probe_reads(), 1u);
+        EXPECT_GE(f.srv->idle_closed(), 2u);
         co_await f.stop();
     });
     EXPECT_EQ(rc, 0);

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Debian packages of the already-built tree with `cpack -G DEB`, checks that every
 # dependency of the `shoal` package is a Debian package known to apt (when apt has package lists),
-# extracts it into a scratch root with `dpkg -x` and runs `shoal-echo --help` from there.
+# extracts it into a scratch root with `dpkg -x` and runs `shoal-echo --help` from there, then
+# installs both packages for real with `dpkg --root` into a second scratch root whose package
+# database is a copy of the host's (so dpkg checks the Depends against what the host has
+# installed), runs `shoal-echo --help` from it and removes them again.
 # Exits 77 (skipped) without dpkg-deb or dpkg-shlibdeps (Debian: dpkg-dev).
 set -euo pipefail
 
@@ -34,4 +37,22 @@ dpkg -x "$dev" "$root"
 [ -f "$root/usr/include/shoal/core/app.hh" ] || { echo "FAIL: libshoal-dev has no headers"; exit 1; }
 "$root/usr/bin/shoal-echo" --help >"$work/help.txt"
 grep -q -- "--prometheus-port" "$work/help.txt" || { echo "FAIL: unexpected --help"; cat "$work/help.txt"; exit 1; }
-echo "PASS: $(basename "$deb") and $(basename "$dev"); shoal-echo --help runs from the scratch root"
+# A real installation: dpkg unpacks, configures and records the packages in the scratch root's
+# database, checking their dependencies against the host's installed packages (copied status).
+inst=$work/installed
+mkdir -p "$inst/var/lib/dpkg/info" "$inst/var/lib/dpkg/updates"
+cp /var/lib/dpkg/status "$inst/var/lib/dpkg/status"
+force=()
+[ "$(id -u)" = 0 ] || force+=(--force-not-root)
+dpkg_root() { dpkg --root="$inst" "${force[@]}" "$@" 2> >(grep -v "files list file for package" >&2); }
+dpkg_root -i "$deb" "$dev" >"$work/dpkg.log" || { cat "$work/dpkg.log"; echo "FAIL: dpkg -i"; exit 1; }
+for p in shoal libshoal-dev; do
+  dpkg_root -s "$p" >"$work/status.txt"
+  grep -q "^Status: install ok installed" "$work/status.txt" || { echo "FAIL: $p not installed"; exit 1; }
+done
+"$inst/usr/bin/shoal-echo" --help >"$work/help2.txt"
+grep -q -- "--prometheus-port" "$work/help2.txt" || { echo "FAIL: installed shoal-echo"; exit 1; }
+dpkg_root -r libshoal-dev shoal >>"$work/dpkg.log" || { cat "$work/dpkg.log"; echo "FAIL: dpkg -r"; exit 1; }
+[ ! -e "$inst/usr/bin/shoal-echo" ] && [ ! -e "$inst/usr/include/shoal/core/app.hh" ] ||
+  { echo "FAIL: dpkg -r left files behind"; exit 1; }
+echo "PASS: $(basename "$deb") and $(basename "$dev"); shoal-echo --help runs from the dpkg -x root and from a dpkg --root installation, which dpkg -r removes"

@@ -105,6 +105,7 @@ TEST(ring_channel, every_size_in_order_wrapping_many_times_without_registration)
             EXPECT_EQ(ctx.stats().post_send_calls, posts) << "posted before the task ended";
             co_await when_all_succeed(std::move(batch));
             EXPECT_EQ(ctx.stats().post_send_calls, posts + 1);
+            EXPECT_EQ(p.stats().doorbells, 1u) << "8 records of one task took more than one doorbell";
 
             // The rest, up to 64 in flight at a time.
             std::vector<future<>> inflight;
@@ -140,6 +141,8 @@ TEST(ring_channel, every_size_in_order_wrapping_many_times_without_registration)
         EXPECT_EQ(st.messages, sizes.size());
         std::printf("  consumer: %lu messages, %lu doorbells, %lu wraps, %lu wait requests, %lu pushes\n",
                     st.messages, st.doorbells, st.wraps, st.wait_requests, st.pushes);
+        // Sends go out 64 per task: a doorbell (receive completion) announces many records.
+        EXPECT_LT(st.doorbells * 4, st.messages) << "doorbells were not batched";
         cs.ring = rdma::ring_consumer();
         cs.conn = rdma::connection();
         EXPECT_TRUE(co_await all_connections_gone());

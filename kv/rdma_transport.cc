@@ -1,0 +1,458 @@
+#include "kv/rdma_transport.hh"
+
+#include "core/coroutine.hh"
+#include "core/future_util.hh"
+#include "kv/hash.hh"
+#include "kv/message_queue.hh"
+#include "kv/record.hh"
+#include "net/rdma/context.hh"
+#include "net/rdma/memory_pool.hh"
+
+#include <cstring>
+
+namespace shoal::kv::internal {
+
+namespace rdma = net::rdma;
+
+/// The connection to one server shard.
+struct rdma_transport::shard_conn {
+    rdma::connection c;
+    net::message_connection msgs;
+    rdma::immediate_channel commits;
+    std::optional<message_queue> out;
+    std::unordered_map<uint32_t, pending> waiting;
+    bool broken = false;
+};
+
+rdma_transport::rdma_transport(net::socket_address addr, unsigned index,
+                               std::chrono::milliseconds connect_timeout, rdma_client_options opts)
+    : _addr(addr)
+    , _index(index)
+    , _connect_timeout(connect_timeout)
+    , _opts(opts) {}
+
+rdma_transport::~rdma_transport() = default;
+
+std::string rdma_transport::name() const {
+    return "kv server " + std::to_string(_index) + " (rdma " + _addr.to_string() + ")";
+}
+
+void rdma_transport::fail(client_errc code, const std::string& why) const {
+    throw client_error(code, _index, name() + ": " + why);
+}
+
+unsigned rdma_transport::shard_of_key(std::string_view key) const noexcept {
+    return kv::shard_of(hash_key(key), unsigned(_shards.size()));
+}
+
+future<std::shared_ptr<rdma_transport::shard_conn>> rdma_transport::connect_shard(unsigned shard) {
+    net::socket_address a = _addr;
+    a.set_port(uint16_t(_addr.port() + shard));
+    const rdma::connection_options& o = rdma::shard_context::local().opts().connection;
+    rdma::connection c = co_await with_timeout(steady_clock_type::now() + _connect_timeout,
+                                               [&](abort_source& as) { return rdma::connect_rc(a, o, as); });
+    auto s = std::make_shared<shard_conn>();
+    s->c = c;
+    s->msgs = c.messages();
+    s->commits = c.immediates(wire::commit_tag);
+    s->out.emplace(s->msgs);
+    ++_stats.connections;
+    ++_receivers;
+    (void)receive_loop(s);
+    co_return s;
+}
+
+future<> rdma_transport::connect_all() {
+    bool healthy = !_shards.empty();
+    for (auto& s : _shards) {
+        healthy = healthy && !s->broken;
+    }
+    if (healthy) {
+        co_return;
+    }
+    if (_connecting) {
+        promise<> p;
+        auto f = p.get_future();
+        _connecting->push_back(std::move(p));
+        co_await std::move(f);
+        co_return;
+    }
+    _connecting.emplace();
+    std::exception_ptr failed;
+    try {
+        for (auto& s : _shards) {
+            s->c.close(); // a broken set is replaced whole
+        }
+        _shards.clear();
+        _cache.clear();
+        _shards.push_back(co_await connect_shard(0));
+        wire::request hello;
+        hello.code = wire::op::hello;
+        reply r = co_await call(0, hello, {}, {});
+        if (r.h.aux == 0 || r.h.aux > 1024) {
+            fail(client_errc::connection, "hello announced " + std::to_string(r.h.aux) + " shards");
+        }
+        for (unsigned s = 1; s < r.h.aux; ++s) {
+            _shards.push_back(co_await connect_shard(s));
+        }
+    } catch (const client_error&) {
+        failed = std::current_exception();
+    } catch (const std::exception& e) {
+        failed = std::make_exception_ptr(
+            client_error(client_errc::connection, _index, name() + ": cannot connect: " + e.what()));
+    }
+    if (failed) {
+        for (auto& s : _shards) {
+            s->broken = true;
+            s->c.close();
+        }
+    }
+    auto waiters = std::move(*_connecting);
+    _connecting.reset();
+    for (auto& w : waiters) {
+        failed ? w.set_exception(failed) : w.set_value();
+    }
+    if (failed) {
+        std::rethrow_exception(failed);
+    }
+}
+
+future<> rdma_transport::receive_loop(std::shared_ptr<shard_conn> s) {
+    std::exception_ptr ex;
+    try {
+        for (;;) {
+            std::optional<net::temporary_buffer> m = co_await s->msgs.receive();
+            if (!m) {
+                break;
+            }
+            reply r;
+            if (!wire::parse(m->get(), m->size(), &r.h) || r.h.ver != wire::version ||
+                sizeof(wire::response) + r.h.inline_len != m->size()) {
+                throw std::runtime_error("malformed reply of " + std::to_string(m->size()) + " bytes");
+            }
+            r.value.assign(m->get() + sizeof(wire::response), r.h.inline_len);
+            _server_now = r.h.now;
+            _server_now_at = std::chrono::steady_clock::now();
+            auto it = s->waiting.find(r.h.id);
+            if (it == s->waiting.end()) {
+                throw std::runtime_error("reply to unknown request " + std::to_string(r.h.id));
+            }
+            if (it->second.awaiting_grant) {
+                it->second.awaiting_grant = false;
+                bool granted = r.h.code == wire::status::ok;
+                promise<reply> g = std::move(it->second.granted);
+                if (!granted) {
+                    s->waiting.erase(it); // no commit follows a refused grant
+                }
+                g.set_value(std::move(r));
+                continue;
+            }
+            promise<reply> done = std::move(it->second.done);
+            s->waiting.erase(it);
+            done.set_value(std::move(r));
+        }
+        ex = std::make_exception_ptr(
+            client_error(client_errc::connection, _index, name() + ": connection closed"));
+    } catch (const std::exception& e) {
+        ex = std::make_exception_ptr(client_error(client_errc::connection, _index, name() + ": " + e.what()));
+    }
+    fail_all(s.get(), ex);
+    if (--_receivers == 0 && _receivers_done) {
+        std::exchange(_receivers_done, std::nullopt)->set_value();
+    }
+}
+
+void rdma_transport::fail_all(shard_conn* s, std::exception_ptr ex) noexcept {
+    s->broken = true;
+    s->c.close();
+    auto waiting = std::move(s->waiting);
+    s->waiting.clear();
+    for (auto& [id, p] : waiting) {
+        if (p.awaiting_grant) {
+            p.granted.set_exception(ex);
+        } else {
+            p.done.set_exception(ex);
+        }
+    }
+}
+
+future<rdma_transport::reply> rdma_transport::call(unsigned shard, const wire::request& q0,
+                                                   std::string_view key, std::string_view value,
+                                                   std::optional<future<reply>>* granted) {
+    shard_conn& s = *_shards[shard];
+    if (s.broken) {
+        return make_exception_future<reply>(
+            client_error(client_errc::connection, _index, name() + ": connection broken"));
+    }
+    wire::request q = q0;
+    q.id = _next_id++;
+    q.key_len = uint16_t(key.size());
+    size_t len = sizeof(q) + key.size() + value.size();
+    if (len > s.msgs.max_message_size()) {
+        return make_exception_future<reply>(
+            client_error(client_errc::bad_request, _index,
+                         name() + ": request of " + std::to_string(len) + " bytes exceeds the message size"));
+    }
+    net::temporary_buffer b(len);
+    std::memcpy(b.get_write(), &q, sizeof(q));
+    if (!key.empty()) {
+        std::memcpy(b.get_write() + sizeof(q), key.data(), key.size());
+    }
+    if (!value.empty()) {
+        std::memcpy(b.get_write() + sizeof(q) + key.size(), value.data(), value.size());
+    }
+    pending& p = s.waiting[q.id];
+    if (granted) {
+        p.awaiting_grant = true;
+        granted->emplace(p.granted.get_future());
+    }
+    auto f = p.done.get_future();
+    s.out->push(std::move(b));
+    return f;
+}
+
+void rdma_transport::remember(const std::string& key, const wire::response& h, unsigned shard) {
+    if (_opts.location_cache == 0 || h.len == 0) {
+        return;
+    }
+    if (_cache.size() >= _opts.location_cache && !_cache.count(key)) {
+        _cache.erase(_cache.begin()); // any victim: a wrong guess only costs a control round trip
+    }
+    _cache[key] = location{h.addr, h.rkey, h.len, shard};
+}
+
+future<std::optional<fetched_value>> rdma_transport::read_location(std::string key, location loc,
+                                                                   bool* valid) {
+    std::shared_ptr<shard_conn> s = _shards[loc.shard];
+    rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
+    ++_stats.reads;
+    co_await s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
+    record::view v;
+    // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
+    // by more than the one-way delay): an item past its exptime is not served from a READ.
+    auto since = std::chrono::steady_clock::now() - _server_now_at;
+    uint32_t server_now =
+        _server_now + uint32_t(std::chrono::duration_cast<std::chrono::seconds>(since).count());
+    if (record::validate(b.data(), loc.len, key, &v) != record::check::ok ||
+        (v.exptime != 0 && v.exptime <= server_now)) {
+        ++_stats.invalid_reads;
+        *valid = false;
+        co_return std::nullopt;
+    }
+    *valid = true;
+    co_return fetched_value{std::string(v.value), v.flags, v.version};
+}
+
+future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
+    if (_closed) {
+        fail(client_errc::bad_request, "client closed");
+    }
+    co_await connect_all();
+    bool valid = false;
+    if (auto it = _cache.find(key); it != _cache.end()) {
+        auto v = co_await read_location(key, it->second, &valid);
+        if (valid) {
+            ++_stats.direct_reads;
+            co_return v;
+        }
+        ++_stats.cache_misses;
+        _cache.erase(key);
+    }
+    unsigned shard = shard_of_key(key);
+    for (unsigned round = 0; round <= _opts.read_retries; ++round) {
+        wire::request q;
+        q.code = wire::op::get;
+        q.options = round > 0 ? wire::want_inline : 0; // a READ raced a change: through the server
+        ++_stats.control_gets;
+        reply r = co_await call(shard, q, key, {});
+        if (r.h.code == wire::status::not_found) {
+            co_return std::nullopt;
+        }
+        if (r.h.code != wire::status::ok) {
+            fail(client_errc::server, "GET answered status " + std::to_string(unsigned(r.h.code)));
+        }
+        remember(key, r.h, shard);
+        if (r.h.is_inline) {
+            ++_stats.inline_values;
+            co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
+        }
+        auto v = co_await read_location(key, location{r.h.addr, r.h.rkey, r.h.len, shard}, &valid);
+        if (valid) {
+            co_return v;
+        }
+        _cache.erase(key);
+    }
+    fail(client_errc::server, "the value of '" + key + "' changed under every READ");
+}
+
+future<std::vector<std::optional<fetched_value>>> rdma_transport::get(std::vector<std::string> keys) {
+    std::vector<future<std::optional<fetched_value>>> fs;
+    fs.reserve(keys.size());
+    for (auto& k : keys) {
+        fs.push_back(get_one(std::move(k)));
+    }
+    return when_all_succeed(std::move(fs));
+}
+
+namespace {
+store_outcome outcome_of(wire::status s) {
+    switch (s) {
+    case wire::status::ok:
+        return store_outcome::stored;
+    case wire::status::not_stored:
+        return store_outcome::not_stored;
+    case wire::status::exists:
+        return store_outcome::exists;
+    case wire::status::not_found:
+        return store_outcome::not_found;
+    default:
+        throw std::runtime_error("status " + std::to_string(unsigned(s)));
+    }
+}
+
+wire::mode mode_of(store_op op) {
+    switch (op) {
+    case store_op::add:
+        return wire::mode::add;
+    case store_op::replace:
+        return wire::mode::replace;
+    case store_op::cas:
+        return wire::mode::cas;
+    default:
+        return wire::mode::set;
+    }
+}
+
+const char* status_text(wire::status s) {
+    switch (s) {
+    case wire::status::too_large:
+        return "object too large for cache";
+    case wire::status::no_memory:
+        return "out of memory storing object";
+    case wire::status::non_numeric:
+        return "cannot increment or decrement non-numeric value";
+    case wire::status::busy:
+        return "too many grants in flight";
+    case wire::status::expired:
+        return "grant expired before its commit";
+    case wire::status::bad_request:
+        return "bad request";
+    default:
+        return "unexpected status";
+    }
+}
+} // namespace
+
+future<store_outcome> rdma_transport::store(store_op op, std::string_view key_in, std::string_view value_in,
+                                            uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    std::string key(key_in);
+    co_await prepare_write(key);
+    unsigned shard = shard_of_key(key);
+    wire::request q;
+    q.how = mode_of(op);
+    q.flags = flags;
+    q.exptime = exptime;
+    q.arg = cas_unique;
+    q.value_len = uint32_t(value_in.size());
+    reply r;
+    if (value_in.size() <= _opts.inline_put_max &&
+        sizeof(wire::request) + key.size() + value_in.size() <= _shards[shard]->msgs.max_message_size()) {
+        q.code = wire::op::store;
+        ++_stats.inline_puts;
+        r = co_await call(shard, q, key, value_in);
+    } else {
+        // The value goes to a registered buffer now (the caller's view is only valid during the
+        // call), then straight into the granted slice of the item with one WRITE_WITH_IMM.
+        rdma::buffer b = rdma::shard_context::local().pool().allocate(value_in.size());
+        std::memcpy(b.data(), value_in.data(), value_in.size());
+        q.code = wire::op::grant;
+        ++_stats.granted_puts;
+        std::optional<future<reply>> granted;
+        future<reply> done = call(shard, q, key, {}, &granted);
+        if (!granted) {
+            r = co_await std::move(done); // refused before sending
+        } else {
+            reply g = co_await std::move(*granted);
+            if (g.h.code != wire::status::ok) {
+                done.ignore_ready_future();
+                r = std::move(g);
+            } else {
+                std::shared_ptr<shard_conn> s = _shards[shard];
+                co_await s->commits.write_with_imm(rdma::span_of(b, 0, value_in.size()),
+                                                   rdma::remote_region{g.h.addr, g.h.rkey, g.h.len}, 0,
+                                                   g.h.token);
+                r = co_await std::move(done);
+            }
+        }
+    }
+    if (r.h.code == wire::status::ok) {
+        remember(key, r.h, shard);
+    }
+    try {
+        co_return outcome_of(r.h.code);
+    } catch (const std::runtime_error&) {
+        fail(client_errc::server, std::string("store: ") + status_text(r.h.code));
+    }
+}
+
+future<bool> rdma_transport::remove(std::string_view key_in) {
+    std::string key(key_in);
+    co_await prepare_write(key);
+    wire::request q;
+    q.code = wire::op::remove;
+    reply r = co_await call(shard_of_key(key), q, key, {});
+    if (r.h.code != wire::status::ok && r.h.code != wire::status::not_found) {
+        fail(client_errc::server, std::string("delete: ") + status_text(r.h.code));
+    }
+    co_return r.h.code == wire::status::ok;
+}
+
+future<std::optional<uint64_t>> rdma_transport::delta(bool incr, std::string_view key_in, uint64_t delta) {
+    std::string key(key_in);
+    co_await prepare_write(key);
+    wire::request q;
+    q.code = incr ? wire::op::incr : wire::op::decr;
+    q.arg = delta;
+    reply r = co_await call(shard_of_key(key), q, key, {});
+    if (r.h.code == wire::status::not_found) {
+        co_return std::nullopt;
+    }
+    if (r.h.code != wire::status::ok) {
+        fail(client_errc::server, std::string(incr ? "incr: " : "decr: ") + status_text(r.h.code));
+    }
+    co_return r.h.number;
+}
+
+future<> rdma_transport::prepare_write(const std::string& key) {
+    if (_closed) {
+        fail(client_errc::bad_request, "client closed");
+    }
+    co_await connect_all();
+    _cache.erase(key); // its location is about to change
+}
+
+future<> rdma_transport::close() {
+    _closed = true;
+    // Requests in flight finish first.
+    for (;;) {
+        bool busy = false;
+        for (auto& s : _shards) {
+            busy = busy || (!s->broken && !s->waiting.empty());
+        }
+        if (!busy) {
+            break;
+        }
+        co_await sleep(std::chrono::milliseconds(1));
+    }
+    for (auto& s : _shards) {
+        co_await s->out->drained();
+        s->c.close();
+    }
+    if (_receivers) {
+        _receivers_done.emplace();
+        co_await _receivers_done->get_future();
+    }
+    _shards.clear();
+}
+
+} // namespace shoal::kv::internal

@@ -1,0 +1,113 @@
+#pragma once
+
+#include "core/future.hh"
+#include "kv/client_transport.hh"
+#include "kv/rdma_client_options.hh"
+#include "kv/rdma_wire.hh"
+#include "net/rdma/connection.hh"
+#include "net/socket_address.hh"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace shoal::kv {
+
+/// Counters of one `rdma_transport` (tests, the benchmark).
+struct rdma_client_stats {
+    uint64_t direct_reads = 0;  ///< GETs served by a READ of a cached location (no server CPU)
+    uint64_t cache_misses = 0;  ///< cached locations that no longer validated
+    uint64_t control_gets = 0;  ///< GET control round trips
+    uint64_t inline_values = 0; ///< of which answered with the value inline
+    uint64_t reads = 0;         ///< RDMA READs of records
+    uint64_t invalid_reads = 0; ///< READs whose record did not validate (raced a change)
+    uint64_t inline_puts = 0;   ///< stores with the value inline
+    uint64_t granted_puts = 0;  ///< stores through grant → WRITE_WITH_IMM → commit
+    uint64_t connections = 0;   ///< RDMA connections made (one per server shard)
+};
+
+namespace internal {
+
+/// `client_transport` over the native RDMA protocol (docs/kv.md): one RDMA connection per
+/// server shard (port P + shard, found with a hello to P), keys routed to their shard by the
+/// server's own hash. GET: a READ of a cached location when there is one, else a control round
+/// trip answered inline or with a location to READ; every READ is validated (kv/record.hh) and
+/// retried through the server when it raced a change. PUT: inline, or grant → one
+/// WRITE_WITH_IMM of the value from a registered buffer (the immediate is the commit token) →
+/// the server's reply. Requests are pipelined: any number in flight per connection.
+class rdma_transport final : public client_transport {
+public:
+    /// A transport to the server whose shard 0 listens at `addr`, number `index` in the client's
+    /// list (for errors).
+    rdma_transport(net::socket_address addr, unsigned index, std::chrono::milliseconds connect_timeout,
+                   rdma_client_options opts);
+    ~rdma_transport() override;
+
+    future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) override;
+    future<store_outcome> store(store_op op, std::string_view key, std::string_view value, uint32_t flags,
+                                int64_t exptime, uint64_t cas_unique) override;
+    future<bool> remove(std::string_view key) override;
+    future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
+    future<> close() override;
+
+    /// One key's value (the building block of `get`).
+    future<std::optional<fetched_value>> get_one(std::string key);
+    /// Drops every cached location (the next GETs take the control path).
+    void forget_locations() noexcept { _cache.clear(); }
+    /// This transport's counters.
+    const rdma_client_stats& stats() const noexcept { return _stats; }
+
+private:
+    struct location {
+        uint64_t addr = 0;
+        uint32_t rkey = 0;
+        uint32_t len = 0;
+        unsigned shard = 0;
+    };
+    struct reply {
+        wire::response h;
+        std::string value; ///< inline bytes
+    };
+    struct pending {
+        promise<reply> done;
+        promise<reply> granted; ///< grant: the first reply (the slice)
+        bool awaiting_grant = false;
+    };
+    struct shard_conn;
+
+    future<> connect_all();
+    /// Before a command that changes `key`: open, connected, its cached location dropped.
+    future<> prepare_write(const std::string& key);
+    future<std::shared_ptr<shard_conn>> connect_shard(unsigned shard);
+    future<> receive_loop(std::shared_ptr<shard_conn> s);
+    future<reply> call(unsigned shard, const wire::request& q, std::string_view key, std::string_view value,
+                       std::optional<future<reply>>* granted = nullptr);
+    future<std::optional<fetched_value>> read_location(std::string key, location loc, bool* valid);
+    void remember(const std::string& key, const wire::response& h, unsigned shard);
+    void fail_all(shard_conn* s, std::exception_ptr ex) noexcept;
+    unsigned shard_of_key(std::string_view key) const noexcept;
+    [[noreturn]] void fail(client_errc code, const std::string& why) const;
+    std::string name() const;
+
+    net::socket_address _addr;
+    unsigned _index;
+    std::chrono::milliseconds _connect_timeout;
+    rdma_client_options _opts;
+    std::vector<std::shared_ptr<shard_conn>> _shards;  ///< shared with their receive loops
+    std::optional<std::vector<promise<>>> _connecting; ///< waiters while connecting
+    std::unordered_map<std::string, location> _cache;
+    uint32_t _next_id = 1;
+    uint32_t _server_now = 0;                             ///< the server's clock in its last reply
+    std::chrono::steady_clock::time_point _server_now_at; ///< when that reply came
+    bool _closed = false;
+    unsigned _receivers = 0;
+    std::optional<promise<>> _receivers_done;
+    rdma_client_stats _stats;
+};
+
+} // namespace internal
+} // namespace shoal::kv

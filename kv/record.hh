@@ -1,0 +1,106 @@
+#pragma once
+
+// The remotely readable record of an item (native RDMA protocol, record format 1): an item's
+// chunk from its 56-byte header through the key and the value to a 16-byte trailer at the next
+// 8-byte boundary. A client READs a whole record and validates it here, so a READ that races an
+// overwrite, a delete, an eviction or the reuse of the chunk is detected, never returned.
+
+#include "kv/hash.hh"
+#include "kv/item.hh"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace shoal::kv::record {
+
+/// The record format a server's location points at (the header layout is `kv::item`'s, on a
+/// little-endian 64-bit host).
+constexpr uint32_t format_version = 1;
+/// Bytes of the trailer: the version (the item's CAS unique; 0 once unlinked) and a checksum.
+constexpr size_t trailer_bytes = 16;
+
+/// Offset of the trailer in a record of this key and value.
+constexpr size_t trailer_offset(size_t key_len, size_t value_len) noexcept {
+    return (sizeof(item) + key_len + value_len + 7) & ~size_t(7);
+}
+/// Bytes of a record of this key and value (what a READ of it fetches).
+constexpr size_t bytes(size_t key_len, size_t value_len) noexcept {
+    return trailer_offset(key_len, value_len) + trailer_bytes;
+}
+
+/// 64-bit checksum of a record's version, flags, exptime, key and value (multiply-fold, eight
+/// bytes per step, as `hash_key`).
+inline uint64_t checksum(uint64_t version, uint32_t flags, uint32_t exptime, std::string_view key,
+                         std::string_view value) noexcept {
+    using namespace hash_detail;
+    uint64_t h = mix(version, m ^ (uint64_t(flags) << 32 | exptime));
+    h = fold(mix(h ^ key.size(), m), key.data(), key.size());
+    h = fold(mix(h ^ value.size(), m), value.data(), value.size());
+    return h ? h : 1;
+}
+
+/// Writes `it`'s trailer (its CAS unique is the version): the record becomes valid.
+inline void seal(item* it) noexcept {
+    char* t = reinterpret_cast<char*>(it) + trailer_offset(it->key_len, it->value_len);
+    uint64_t words[2] = {it->cas, checksum(it->cas, it->client_flags, it->exptime, it->key(), it->value())};
+    std::memcpy(t, words, sizeof(words));
+}
+
+/// Clears `it`'s trailer version: a READ of the record from now on fails validation.
+inline void invalidate(item* it) noexcept {
+    char* t = reinterpret_cast<char*>(it) + trailer_offset(it->key_len, it->value_len);
+    uint64_t zero = 0;
+    std::memcpy(t, &zero, sizeof(zero));
+}
+
+/// What a validated record holds (views into the READ buffer).
+struct view {
+    std::string_view value;
+    uint32_t flags = 0;
+    uint32_t exptime = 0;
+    uint64_t version = 0;
+};
+
+/// Why a READ record is or is not the value of the key.
+enum class check {
+    ok,        ///< the current value of the key when it was read
+    short_buf, ///< the buffer is shorter than the record its header announces
+    dead,      ///< the item was deleted, overwritten, evicted or expired (version 0)
+    other_key, ///< the chunk holds another key now
+    torn,      ///< header, value and trailer do not agree (a racing update or reuse)
+};
+
+/// Validates a record READ into `buf` (`len` bytes) as the value of `key`; fills `*out` on ok.
+inline check validate(const char* buf, size_t len, std::string_view key, view* out) noexcept {
+    if (len < sizeof(item) + trailer_bytes) {
+        return check::short_buf;
+    }
+    item h;
+    std::memcpy(&h, buf, sizeof(item));
+    if (h.key_len != key.size()) {
+        return check::other_key;
+    }
+    size_t need = bytes(h.key_len, h.value_len);
+    if (need > len) {
+        return check::short_buf;
+    }
+    std::string_view k(buf + sizeof(item), h.key_len);
+    if (k != key) {
+        return check::other_key;
+    }
+    uint64_t t[2];
+    std::memcpy(t, buf + trailer_offset(h.key_len, h.value_len), sizeof(t));
+    if (t[0] == 0) {
+        return check::dead;
+    }
+    std::string_view v(buf + sizeof(item) + h.key_len, h.value_len);
+    if (t[0] != h.cas || t[1] != checksum(h.cas, h.client_flags, h.exptime, k, v)) {
+        return check::torn;
+    }
+    *out = {v, h.client_flags, h.exptime, h.cas};
+    return check::ok;
+}
+
+} // namespace shoal::kv::record

@@ -1,0 +1,202 @@
+// Remotely readable records (kv/record.hh) in a store with `remote_readable`: what a remote
+// reader copies out of item memory validates exactly while the item is the key's current value,
+// and fails (dead, other key, torn) after a delete, an overwrite, an eviction, a reuse of the
+// chunk or a byte changed under it; freed chunks wait for the grace period of epochs. No
+// device: the "READ" is a memcpy of the record's bytes, which is what the NIC does.
+#include "kv/hash.hh"
+#include "kv/record.hh"
+#include "kv/store.hh"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+using namespace shoal::kv;
+
+namespace {
+
+constexpr uint32_t t0 = 1'800'000'000;
+
+std::unique_ptr<store> make_store(size_t memory = 64 << 20) {
+    store_config cfg;
+    cfg.memory_limit = memory;
+    cfg.remote_readable = true;
+    return std::make_unique<store>(cfg, std::make_unique<heap_page_source>(store::page_size_for(cfg)), t0);
+}
+
+/// What a remote READ of `it`'s record at this moment copies.
+std::vector<char> read_record(const item* it) {
+    const char* p = reinterpret_cast<const char*>(it);
+    return std::vector<char>(p, p + store::record_bytes(it));
+}
+
+record::check check(const std::vector<char>& buf, std::string_view key, record::view* v) {
+    return record::validate(buf.data(), buf.size(), key, v);
+}
+
+item* put_item(store& s, std::string_view k, std::string_view v, uint32_t flags = 0) {
+    uint64_t cas = 0;
+    EXPECT_EQ(s.put(store_mode::set, k, hash_key(k), flags, 0, v, 0, &cas), store_result::stored);
+    item* it = s.peek(k, hash_key(k));
+    EXPECT_NE(it, nullptr);
+    EXPECT_EQ(it->cas, cas);
+    return it;
+}
+
+} // namespace
+
+TEST(kv_record, a_stored_item_validates_with_its_value_flags_and_version) {
+    auto s = make_store();
+    std::string value(3000, 'v');
+    value[17] = 'x';
+    item* it = put_item(*s, "alpha", value, 42);
+    auto buf = read_record(it);
+    EXPECT_EQ(buf.size() % 8, 0u);
+    record::view v;
+    ASSERT_EQ(check(buf, "alpha", &v), record::check::ok);
+    EXPECT_TRUE(v.value == value);
+    EXPECT_EQ(v.flags, 42u);
+    EXPECT_EQ(v.version, it->cas);
+    EXPECT_EQ(check(buf, "alphb", &v), record::check::other_key);
+    EXPECT_EQ(check(buf, "alph", &v), record::check::other_key);
+    buf.resize(buf.size() - 1);
+    EXPECT_EQ(check(buf, "alpha", &v), record::check::short_buf);
+}
+
+TEST(kv_record, every_single_byte_change_of_key_value_or_trailer_is_detected) {
+    auto s = make_store();
+    item* it = put_item(*s, "k1", std::string(200, 'a'), 7);
+    const auto good = read_record(it);
+    record::view v;
+    // Every byte from the header's CAS onwards that the record covers (the LRU/hash links, the
+    // access time and the reference count change while an item lives, so they are not covered).
+    for (size_t i = offsetof(item, cas); i < good.size(); ++i) {
+        if (i >= offsetof(item, time) && i < offsetof(item, time) + 4) {
+            continue;
+        }
+        if (i >= offsetof(item, cls) && i < sizeof(item)) {
+            continue; // class, state, reserved, refs
+        }
+        size_t pad_from = sizeof(item) + 2 + 200;
+        if (i >= pad_from && i < record::trailer_offset(2, 200)) {
+            continue; // alignment padding
+        }
+        auto bad = good;
+        bad[i] ^= 0x10;
+        EXPECT_NE(check(bad, "k1", &v), record::check::ok) << "byte " << i << " changed undetected";
+    }
+}
+
+TEST(kv_record, delete_overwrite_and_eviction_invalidate_a_cached_location) {
+    auto s = make_store(4 << 20);
+    item* a = put_item(*s, "a", "first");
+    item* b = put_item(*s, "b", "second");
+    record::view v;
+    ASSERT_EQ(check(read_record(a), "a", &v), record::check::ok);
+    // Overwrite: the old location reads as dead, the new one is valid with a higher version.
+    uint64_t old_version = a->cas;
+    item* a2 = put_item(*s, "a", "third");
+    EXPECT_EQ(check(read_record(a), "a", &v), record::check::dead);
+    auto a2_buf = read_record(a2);
+    ASSERT_EQ(check(a2_buf, "a", &v), record::check::ok);
+    EXPECT_GT(v.version, old_version);
+    EXPECT_EQ(v.value, "third");
+    // Delete.
+    EXPECT_EQ(s->remove("b", hash_key("b")), store_result::stored);
+    EXPECT_EQ(check(read_record(b), "b", &v), record::check::dead);
+    // Eviction: fill 4 MB with other keys until "a" is gone; its location never validates as
+    // another key, and never as "a" again unless "a" is stored there anew.
+    for (int i = 0; s->peek("a", hash_key("a")); ++i) {
+        put_item(*s, "fill" + std::to_string(i), "xxxxx");
+        ASSERT_LT(i, 1'000'000);
+    }
+    EXPECT_NE(check(read_record(a2), "a", &v), record::check::ok);
+}
+
+TEST(kv_record, incr_never_changes_a_readable_value_in_place) {
+    auto s = make_store();
+    item* it = put_item(*s, "n", "100");
+    auto before = read_record(it);
+    uint64_t result = 0;
+    ASSERT_EQ(s->add_delta("n", hash_key("n"), false, 1, &result), delta_result::ok);
+    EXPECT_EQ(result, 99u);
+    record::view v;
+    EXPECT_EQ(check(read_record(it), "n", &v), record::check::dead) << "the old record was reused in place";
+    item* now = s->peek("n", hash_key("n"));
+    ASSERT_NE(now, it);
+    auto now_buf = read_record(now);
+    ASSERT_EQ(check(now_buf, "n", &v), record::check::ok);
+    EXPECT_EQ(v.value, "99");
+}
+
+TEST(kv_record, a_freed_chunk_waits_for_the_grace_period) {
+    store_config cfg;
+    cfg.remote_readable = true;
+    cfg.memory_limit = store::page_size_for(cfg); // one page: one slab class fills it
+    store s(cfg, std::make_unique<heap_page_source>(store::page_size_for(cfg)), t0);
+    auto key = [](int i) { return "f" + std::to_string(100000 + i); };
+    int n = 0;
+    while (s.stats().evictions == 0) {
+        put_item(s, key(n++), "0123456789");
+        ASSERT_LT(n, 100000);
+    }
+    // The page is full (that last put evicted an item and, memory being short, reused its
+    // chunk at once). A deleted item's chunk, two epochs later, is the next one used.
+    const uint64_t early = s.early_reuses();
+    EXPECT_EQ(early, 1u);
+    item* x = s.peek(key(n - 1), hash_key(key(n - 1)));
+    ASSERT_EQ(s.remove(key(n - 1), hash_key(key(n - 1))), store_result::stored);
+    EXPECT_EQ(s.quarantined(), 1u);
+    s.advance_epoch();
+    s.advance_epoch();
+    uint64_t evictions = s.stats().evictions;
+    item* y = put_item(s, "after-grace", "0123456789");
+    EXPECT_EQ(y, x);
+    EXPECT_EQ(s.stats().evictions, evictions) << "evicted although a ripe chunk was waiting";
+    EXPECT_EQ(s.early_reuses(), early);
+    // Within the grace period the freed chunk is not taken while anything else can be had: the
+    // store evicts first, and only then, memory being short, reuses the oldest waiting chunk
+    // early (counted).
+    item* z = s.peek(key(n - 2), hash_key(key(n - 2)));
+    ASSERT_EQ(s.remove(key(n - 2), hash_key(key(n - 2))), store_result::stored);
+    item* w = put_item(s, "in-grace", "0123456789");
+    EXPECT_EQ(s.stats().evictions, evictions + 1);
+    EXPECT_EQ(w, z);
+    EXPECT_EQ(s.early_reuses(), early + 1);
+    EXPECT_EQ(s.quarantined(), 1u); // the evicted item's chunk waits now
+    record::view v;
+    EXPECT_EQ(check(read_record(w), std::string_view(key(n - 2)), &v), record::check::other_key);
+}
+
+TEST(kv_record, reserve_then_commit_links_the_written_value) {
+    auto s = make_store();
+    store_result why{};
+    item* it = s->reserve("big", 9, 0, 5000, &why);
+    ASSERT_NE(it, nullptr);
+    EXPECT_EQ(s->peek("big", hash_key("big")), nullptr) << "visible before commit";
+    std::memset(it->value_data(), 'w', 5000);
+    uint64_t cas = 0;
+    ASSERT_EQ(s->commit(store_mode::set, it, hash_key("big"), 0, &cas), store_result::stored);
+    record::view v;
+    auto big_buf = read_record(it);
+    ASSERT_EQ(check(big_buf, "big", &v), record::check::ok);
+    EXPECT_TRUE(v.value == std::string(5000, 'w'));
+    EXPECT_EQ(v.version, cas);
+    EXPECT_EQ(s->refs_held(), 0u);
+    // add over an existing key: not stored, the reserved chunk goes back, the old value stays.
+    item* again = s->reserve("big", 0, 0, 10, &why);
+    ASSERT_NE(again, nullptr);
+    std::memset(again->value_data(), 'z', 10);
+    EXPECT_EQ(s->commit(store_mode::add, again, hash_key("big"), 0, nullptr), store_result::not_stored);
+    EXPECT_TRUE(s->peek("big", hash_key("big"))->value() == std::string(5000, 'w'));
+    // abandon: nothing linked, nothing held.
+    item* gone = s->reserve("other", 0, 0, 100, &why);
+    ASSERT_NE(gone, nullptr);
+    s->abandon(gone);
+    EXPECT_EQ(s->peek("other", hash_key("other")), nullptr);
+    EXPECT_EQ(s->refs_held(), 0u);
+    // too large
+    EXPECT_EQ(s->reserve("huge", 0, 0, 2 << 20, &why), nullptr);
+    EXPECT_EQ(why, store_result::too_large);
+}

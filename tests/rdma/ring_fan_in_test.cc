@@ -1,0 +1,276 @@
+// Many producers into one consumer (Soft-RoCE guest): fair round-robin draining (a flooding
+// producer does not starve a slow one), 4 producers × checksummed sequences of random sizes
+// through small rings with many wraps and a slow consumer, and a producer that dies without
+// wedging the others.
+#include "rdma_test_util.hh"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <span>
+
+using namespace shoal;
+using namespace shoal::rdma_test;
+
+namespace {
+
+/// Record `seq` of producer `p`: {u32 p, u32 seq} then patterned bytes (seed p + 1, from seq).
+std::vector<char> make_record(unsigned p, uint32_t seq, size_t size) {
+    std::vector<char> r(std::max<size_t>(size, 8));
+    std::memcpy(r.data(), &p, 4);
+    std::memcpy(r.data() + 4, &seq, 4);
+    fill_pattern(r.data() + 8, r.size() - 8, p + 1, seq);
+    return r;
+}
+
+/// The size of record `seq` of producer `p`: 8 to ~1.5 KB, now and then 3 KB (deterministic).
+size_t record_size(unsigned p, uint32_t seq) {
+    uint64_t h = (uint64_t(seq) * 2654435761u + p * 40503u) % 1000003u;
+    return h % 53 == 0 ? 3000 : 8 + h % 1500;
+}
+
+/// Checks a received record; returns a description of what is wrong ("" when it is right).
+std::string check_record(const rdma::fan_in_message& m, uint32_t expected_seq, size_t expected_size) {
+    if (m.data.size() != std::max<size_t>(expected_size, 8)) {
+        return fmt::format("producer {} record {}: {} bytes, expected {}", m.producer, expected_seq,
+                           m.data.size(), expected_size);
+    }
+    unsigned p;
+    uint32_t seq;
+    std::memcpy(&p, m.data.data(), 4);
+    std::memcpy(&seq, m.data.data() + 4, 4);
+    if (p != m.producer || seq != expected_seq) {
+        return fmt::format("from ring {}: producer {} record {}, expected record {}", m.producer, p, seq,
+                           expected_seq);
+    }
+    size_t bad = check_pattern(m.data.data() + 8, m.data.size() - 8, p + 1, seq);
+    if (bad != SIZE_MAX) {
+        return fmt::format("producer {} record {} differs at byte {}", p, seq, bad + 8);
+    }
+    return {};
+}
+
+/// A fan-in of `n` rings on this shard, one listener (port) per producer offering its ring.
+struct fan_in_side {
+    rdma::ring_fan_in fan;
+    std::vector<rdma::listener> ls;
+    std::vector<net::socket_address> addrs;
+
+    fan_in_side(unsigned n, size_t capacity)
+        : fan(n, capacity) {
+        for (unsigned i = 0; i < n; ++i) {
+            addrs.push_back(addr(next_port()));
+            rdma::listen_options lo;
+            lo.connection = rdma::shard_context::local().opts().connection;
+            lo.connection->region = fan.descriptor(i);
+            ls.push_back(rdma::listen_rc(addrs.back(), lo));
+        }
+    }
+    /// Accepts producer i's connection and attaches it to ring i, for every i.
+    future<> accept_all() {
+        for (unsigned i = 0; i < fan.producers(); ++i) {
+            rdma::connection c = co_await ls[i].accept();
+            fan.attach(i, std::move(c));
+        }
+    }
+};
+
+/// Waits (from the producer's shard) until ring `p` of `fan` (on shard 0) took `doorbells`
+/// doorbells. A producer closes only then: the consumer handles a disconnect that overtakes
+/// the last doorbells as a break (see docs/rdma.md), and these tests are about the fan-in.
+future<> announced(const rdma::ring_fan_in* fan, unsigned p, uint64_t doorbells) {
+    bool ok = co_await submit_to(0, [fan, p, doorbells] {
+        return eventually([fan, p, doorbells] { return fan->ring(p).stats().doorbells >= doorbells; },
+                          30000ms);
+    });
+    RDMA_CHECK(ok);
+}
+
+/// Sends records [0, count) of producer `p` to `a` (depth 32 in flight), waits until the
+/// consumer took every doorbell, then closes; resolves with the producer's doorbell count.
+future<uint64_t> produce(net::socket_address a, unsigned p, uint32_t count, const rdma::ring_fan_in* fan) {
+    rdma::connection c = co_await rdma::connect_rc(a);
+    rdma::ring_producer prod = co_await rdma::ring_producer::open(c, *c.peer_region());
+    std::deque<std::vector<char>> bodies;
+    std::deque<future<>> inflight;
+    for (uint32_t seq = 0; seq < count; ++seq) {
+        bodies.push_back(make_record(p, seq, record_size(p, seq)));
+        inflight.push_back(prod.send(std::span<const char>(bodies.back().data(), bodies.back().size())));
+        if (inflight.size() == 32) {
+            co_await std::move(inflight.front());
+            inflight.pop_front();
+            bodies.pop_front();
+        }
+    }
+    for (auto& f : inflight) {
+        co_await std::move(f);
+    }
+    co_await announced(fan, p, prod.stats().doorbells);
+    co_return prod.stats().doorbells;
+}
+
+} // namespace
+
+TEST(ring_fan_in, a_flooding_producer_does_not_starve_a_slow_one) {
+    int rc = run_rdma(2, []() -> future<> {
+        fan_in_side side(2, 128 << 10);
+        auto accepted = side.accept_all();
+        // Both producers' records are in the rings before the consumer takes any: 1000 from
+        // producer 0, 10 from producer 1 (64 B each).
+        auto addrs = side.addrs;
+        const rdma::ring_fan_in* fan = &side.fan;
+        auto sent = submit_to(1, [addrs, fan]() -> future<std::pair<uint64_t, uint64_t>> {
+            static std::vector<rdma::connection> conns;
+            static std::vector<rdma::ring_producer> prods;
+            for (unsigned i = 0; i < 2; ++i) {
+                conns.push_back(co_await rdma::connect_rc(addrs[i]));
+                prods.push_back(
+                    co_await rdma::ring_producer::open(conns.back(), *conns.back().peer_region()));
+            }
+            std::vector<future<>> fs;
+            std::vector<std::vector<char>> keep;
+            keep.reserve(1010);
+            for (uint32_t s = 0; s < 1000; ++s) {
+                keep.push_back(make_record(0, s, 64));
+                fs.push_back(prods[0].send(std::span<const char>(keep.back().data(), 64)));
+            }
+            for (uint32_t s = 0; s < 10; ++s) {
+                keep.push_back(make_record(1, s, 64));
+                fs.push_back(prods[1].send(std::span<const char>(keep.back().data(), 64)));
+            }
+            co_await when_all_succeed(std::move(fs));
+            std::pair<uint64_t, uint64_t> d{prods[0].stats().doorbells, prods[1].stats().doorbells};
+            co_await announced(fan, 0, d.first);
+            co_await announced(fan, 1, d.second);
+            prods.clear();
+            conns.clear();
+            co_return d;
+        });
+        co_await std::move(accepted);
+        auto [d0, d1] = co_await std::move(sent);
+        // Every doorbell reached the consumer (so both rings hold everything).
+        bool all_in = co_await eventually([&] {
+            return side.fan.ring(0).stats().doorbells == d0 && side.fan.ring(1).stats().doorbells == d1;
+        });
+        RDMA_CHECK(all_in);
+        std::vector<unsigned> order;
+        std::array<uint32_t, 2> next{0, 0};
+        std::string first_error;
+        for (int k = 0; k < 1010; ++k) {
+            rdma::fan_in_message m = co_await side.fan.receive();
+            std::string e = check_record(m, next[m.producer]++, 64);
+            if (!e.empty() && first_error.empty()) {
+                first_error = e;
+            }
+            order.push_back(m.producer);
+        }
+        EXPECT_EQ(first_error, "");
+        // Round robin: the slow producer's 10 records are among the first 20 received.
+        EXPECT_EQ(std::count(order.begin(), order.begin() + 20, 1u), 10);
+        EXPECT_EQ(next[0], 1000u);
+        EXPECT_EQ(next[1], 10u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer) {
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr unsigned producers = 4;
+        constexpr uint32_t count = 3000;
+        fan_in_side side(producers, 8 << 10); // ~2.7 records of 3 KB: many wraps, much waiting
+        auto accepted = side.accept_all();
+        auto addrs = side.addrs;
+        const rdma::ring_fan_in* fan = &side.fan;
+        auto sent = submit_to(1, [addrs, fan]() -> future<> {
+            std::vector<future<uint64_t>> ps;
+            for (unsigned p = 0; p < producers; ++p) {
+                ps.push_back(produce(addrs[p], p, count, fan));
+            }
+            co_await when_all_succeed(std::move(ps));
+        });
+        co_await std::move(accepted);
+        std::array<uint32_t, producers> next{};
+        std::string first_error;
+        for (uint32_t k = 0; k < producers * count; ++k) {
+            rdma::fan_in_message m =
+                co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
+            RDMA_CHECK(m.producer < producers);
+            uint32_t seq = next[m.producer]++;
+            std::string e = check_record(m, seq, record_size(m.producer, seq));
+            if (!e.empty() && first_error.empty()) {
+                first_error = e;
+            }
+            if (k % 1000 == 999) {
+                co_await sleep(2ms); // a slow consumer now and then: the producers wait
+            }
+        }
+        co_await std::move(sent);
+        EXPECT_EQ(first_error, "");
+        for (unsigned p = 0; p < producers; ++p) {
+            EXPECT_EQ(next[p], count) << "producer " << p;
+            EXPECT_GT(side.fan.ring(p).stats().wraps, 100u) << "producer " << p;
+            EXPECT_GT(side.fan.ring(p).stats().pushes, 0u) << "producer " << p << " never waited";
+        }
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others) {
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr unsigned producers = 3;
+        fan_in_side side(producers, 16 << 10);
+        auto accepted = side.accept_all();
+        auto addrs = side.addrs;
+        const rdma::ring_fan_in* fan = &side.fan;
+        // Producer 2 sends 100 records and then its connection is dropped; 0 and 1 send 2000
+        // each.
+        auto sent = submit_to(1, [addrs, fan]() -> future<> {
+            std::vector<future<uint64_t>> ps;
+            ps.push_back(produce(addrs[0], 0, 2000, fan));
+            ps.push_back(produce(addrs[1], 1, 2000, fan));
+            rdma::connection c = co_await rdma::connect_rc(addrs[2]);
+            rdma::ring_producer prod = co_await rdma::ring_producer::open(c, *c.peer_region());
+            std::vector<std::vector<char>> keep;
+            std::vector<future<>> fs;
+            for (uint32_t s = 0; s < 100; ++s) {
+                keep.push_back(make_record(2, s, record_size(2, s)));
+            }
+            for (uint32_t s = 0; s < 100; ++s) {
+                fs.push_back(prod.send(std::span<const char>(keep[s].data(), keep[s].size())));
+            }
+            co_await when_all_succeed(std::move(fs));
+            co_await announced(fan, 2, prod.stats().doorbells);
+            c.close(); // dies
+            auto late = prod.send(std::span<const char>(keep[0].data(), keep[0].size()));
+            bool failed = false;
+            try {
+                co_await std::move(late);
+            } catch (const rdma::connection_closed&) {
+                failed = true;
+            }
+            EXPECT_TRUE(failed);
+            co_await when_all_succeed(std::move(ps));
+        });
+        co_await std::move(accepted);
+        std::array<uint32_t, producers> next{};
+        std::string first_error;
+        for (uint32_t k = 0; k < 4100; ++k) {
+            rdma::fan_in_message m =
+                co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
+            uint32_t seq = next[m.producer]++;
+            std::string e = check_record(m, seq, record_size(m.producer, seq));
+            if (!e.empty() && first_error.empty()) {
+                first_error = e;
+            }
+        }
+        co_await std::move(sent);
+        EXPECT_EQ(first_error, "");
+        EXPECT_EQ(next[0], 2000u);
+        EXPECT_EQ(next[1], 2000u);
+        EXPECT_EQ(next[2], 100u);
+        bool failed = co_await eventually([&] { return bool(side.fan.ring(2).error()); });
+        EXPECT_TRUE(failed) << "the dead producer's ring saw no error";
+    });
+    EXPECT_EQ(rc, 0);
+}
