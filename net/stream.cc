@@ -54,6 +54,17 @@ future<accept_result> server_socket_impl::accept(abort_source& as) {
 }
 
 future<temporary_buffer> input_stream::read_up_to(size_t n) {
+    return read_up_to_from(n, nullptr);
+}
+
+future<temporary_buffer> input_stream::read_up_to(size_t n, abort_source& as) {
+    return read_up_to_from(n, &as);
+}
+
+future<temporary_buffer> input_stream::read_up_to_from(size_t n, abort_source* as) {
+    if (as && as->abort_requested()) {
+        return make_exception_future<temporary_buffer>(as->abort_exception());
+    }
     if (n == 0) {
         return make_ready_future<temporary_buffer>();
     }
@@ -65,7 +76,7 @@ future<temporary_buffer> input_stream::read_up_to(size_t n) {
         _held.trim_front(n);
         return make_ready_future<temporary_buffer>(std::move(front));
     }
-    return read().then([this, n](temporary_buffer b) {
+    return read_maybe_abortable(as).then([this, n](temporary_buffer b) {
         if (b.size() > n) {
             _held = b.share(n, b.size() - n);
             b.trim(n);
@@ -75,11 +86,22 @@ future<temporary_buffer> input_stream::read_up_to(size_t n) {
 }
 
 future<temporary_buffer> input_stream::read_exactly(size_t n) {
+    return read_exactly_from(n, nullptr);
+}
+
+future<temporary_buffer> input_stream::read_exactly(size_t n, abort_source& as) {
+    return read_exactly_from(n, &as);
+}
+
+future<temporary_buffer> input_stream::read_exactly_from(size_t n, abort_source* as) {
+    if (as && as->abort_requested()) {
+        std::rethrow_exception(as->abort_exception());
+    }
     if (n == 0) {
         co_return temporary_buffer();
     }
     // Fast path: one received buffer holds it all; slice without copying.
-    temporary_buffer first = co_await read();
+    temporary_buffer first = co_await read_maybe_abortable(as);
     if (first.size() >= n) {
         if (first.size() > n) {
             _held = first.share(n, first.size() - n);
@@ -96,7 +118,19 @@ future<temporary_buffer> input_stream::read_exactly(size_t n) {
     internal::count_copy(have);
     first.reset();
     while (have < n) {
-        temporary_buffer b = co_await read();
+        temporary_buffer b;
+        std::exception_ptr aborted;
+        try {
+            b = co_await read_maybe_abortable(as);
+        } catch (...) {
+            aborted = std::current_exception();
+        }
+        if (aborted) {
+            // Nothing is lost: what was gathered is read again by the next read.
+            out.trim(have);
+            _held = std::move(out);
+            std::rethrow_exception(aborted);
+        }
         if (b.empty()) {
             throw unexpected_eof("stream ended before " + std::to_string(n) + " bytes arrived (got " +
                                  std::to_string(have) + ")");
@@ -272,7 +306,12 @@ future<> output_stream::flush() {
     if (!_sink) {
         return not_connected();
     }
-    return put_gathered().then([this] { return _sink->flush(); });
+    auto put = put_gathered();
+    if (_sink->release_buffer_when_flushed()) {
+        _buf.reset(); // what was handed over keeps its memory until sent
+        _used = 0;
+    }
+    return std::move(put).then([this] { return _sink->flush(); });
 }
 
 future<> output_stream::close() {

@@ -32,7 +32,7 @@ public:
     /// Like `get()`, but when `as` is aborted while it waits the future fails at once with the
     /// abort's reason and the source stays usable: bytes that arrive later go to the next read.
     /// Fails at once if `as` was already aborted. The default refuses (std::logic_error naming
-    /// the missing support); transports that can cancel a read override it (TCP does).
+    /// the missing support); transports that can cancel a read override it (TCP and RDMA do).
     virtual future<temporary_buffer> get(abort_source& as);
     /// Stops reading; a pending `get()` resolves (empty) or fails.
     virtual future<> close() { return make_ready_future<>(); }
@@ -84,6 +84,12 @@ public:
     virtual future<> close() = 0;
     /// How many bytes the output stream should gather before calling `put` (0: no preference).
     virtual size_t buffer_size_hint() const noexcept { return 0; }
+    /// True when `output_stream::flush` drops the rest of its gathering buffer (the next write
+    /// allocates a new one): for memory that is scarce while idle, such as RDMA pool memory.
+    bool release_buffer_when_flushed() const noexcept { return _release_when_flushed; }
+
+protected:
+    bool _release_when_flushed = false;
 };
 
 /// Reads a byte stream as buffers. Not copyable; one reader at a time (wait for a read to
@@ -101,13 +107,19 @@ public:
     /// `read()` that `as` can cancel: aborting it fails the future at once with the abort's
     /// reason (`abort_requested_exception` by default) and loses no bytes; the stream stays
     /// readable. An already-aborted `as` fails the read without consuming anything. Needs a
-    /// transport that supports it (`data_source_impl::get(abort_source&)`; TCP does).
+    /// transport that supports it (`data_source_impl::get(abort_source&)`; TCP and RDMA do).
     future<temporary_buffer> read(abort_source& as);
     /// At most `n` bytes.
     future<temporary_buffer> read_up_to(size_t n);
+    /// `read_up_to` that `as` can cancel (as `read(abort_source&)`).
+    future<temporary_buffer> read_up_to(size_t n, abort_source& as);
     /// Exactly `n` bytes; fails with `unexpected_eof` if the stream ends first. Contiguous: when
     /// the bytes span several received buffers they are copied into one.
     future<temporary_buffer> read_exactly(size_t n);
+    /// `read_exactly` that `as` can cancel: aborted part-way, the bytes already gathered are
+    /// put back in front of the stream (the next read returns them) and the future fails with
+    /// the abort's reason at the next task (wait for it before reading again).
+    future<temporary_buffer> read_exactly(size_t n, abort_source& as);
     /// True once a read has seen the end of the stream.
     bool eof() const noexcept { return !_held && (!_source || _source->eof()); }
     /// Puts bytes back in front of the stream (for parsers that read too far).
@@ -116,6 +128,9 @@ public:
     future<> close();
 
 private:
+    future<temporary_buffer> read_exactly_from(size_t n, abort_source* as);
+    future<temporary_buffer> read_up_to_from(size_t n, abort_source* as);
+    future<temporary_buffer> read_maybe_abortable(abort_source* as) { return as ? read(*as) : read(); }
     std::unique_ptr<data_source_impl> _source;
     temporary_buffer _held;
 };
@@ -143,7 +158,9 @@ public:
     /// payload leave in one sendmsg, over RDMA in one SEND). The buffers are moved out of
     /// `bufs` before this returns.
     future<> write(std::span<temporary_buffer> bufs);
-    /// Sends what is gathered and waits until the transport has taken it.
+    /// Sends what is gathered and waits until the transport has taken it. With a sink that asks
+    /// for it (`data_sink_impl::release_buffer_when_flushed`: RDMA) the stream then holds no
+    /// gathering memory until the next write.
     future<> flush();
     /// Flushes and ends the stream.
     future<> close();

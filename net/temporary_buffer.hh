@@ -10,16 +10,29 @@
 
 namespace shoal::net {
 
+namespace internal {
+/// One per thread; its address tells threads (shards) apart without a function call.
+inline thread_local char tl_thread_key = 0;
+} // namespace internal
+
 /// Owns the memory behind one or more `temporary_buffer`s and releases it when the last one
 /// goes. Subclasses return memory to where it came from: the heap, an io_uring buffer ring, an
-/// RDMA memory pool (possibly on another shard). Reference counts are not atomic: a buffer and
-/// its slices live on one shard; an owner that must go home crosses shards itself.
+/// RDMA memory pool. Reference counts are not atomic: a buffer and its slices are made on one
+/// shard. An owner that calls `stay_home()` (RDMA pool buffers) may also be dropped on another
+/// shard: such a drop is handed to `unref_elsewhere`, which sends it home, so its count is
+/// only ever touched on its own shard. Slicing (`share`) still belongs on the home shard; hand
+/// bytes over with `foreign_buffer`.
 class buffer_owner {
 public:
     /// Adds a reference.
     void ref() noexcept { ++_refs; }
-    /// Drops a reference; dropping the last one calls `release()`.
+    /// Drops a reference; dropping the last one calls `release()`. For an owner that stays
+    /// home, a drop on another thread goes through `unref_elsewhere` instead.
     void unref() noexcept {
+        if (_home && _home != &internal::tl_thread_key) [[unlikely]] {
+            unref_elsewhere();
+            return;
+        }
         if (--_refs == 0) {
             release();
         }
@@ -29,9 +42,15 @@ protected:
     virtual ~buffer_owner() = default;
     /// Called once when the last reference is dropped; must free `this` or recycle it.
     virtual void release() noexcept = 0;
+    /// Makes the calling thread this owner's home: later drops elsewhere call `unref_elsewhere`.
+    void stay_home() noexcept { _home = &internal::tl_thread_key; }
+    /// A reference was dropped on a thread other than home (only for owners that `stay_home`):
+    /// must have `unref()` run on the home shard.
+    virtual void unref_elsewhere() noexcept { std::abort(); }
 
 private:
     unsigned _refs = 1;
+    const char* _home = nullptr;
 };
 
 /// A contiguous piece of received or to-be-sent bytes with shared ownership: slices made with

@@ -26,6 +26,7 @@ transport make(std::string_view name, const app* a) {
             "tcp",
             [](const socket_address& addr, const listen_options& o) { return tcp::listen(addr, o); },
             [](const socket_address& addr) { return tcp::connect(addr); },
+            [](const socket_address& addr, abort_source& as) { return tcp::connect(addr, {}, as); },
         };
     }
     if (name == "rdma") {
@@ -36,6 +37,10 @@ transport make(std::string_view name, const app* a) {
             // echo server's per-shard listen works as SO_REUSEPORT does for TCP.
             [](const socket_address& addr, const listen_options&) { return rdma::listen(addr); },
             [](const socket_address& addr) { return rdma::connect(addr); },
+            [](const socket_address& addr, abort_source& as) {
+                auto* ctx = rdma::shard_context::local_or_null();
+                return rdma::connect(addr, ctx ? ctx->opts().connection : rdma::connection_options{}, as);
+            },
             [opts] { return rdma::start(opts); },
             [] { return rdma::stop(); },
         };

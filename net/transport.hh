@@ -23,6 +23,9 @@ struct transport {
     std::string name;
     std::function<server_socket(const socket_address&, const listen_options&)> listen;
     std::function<future<connected_socket>(const socket_address&)> connect;
+    /// `connect` that the abort_source cancels: aborted before the connection is up, the future
+    /// fails at once with the abort's reason and what the attempt made is freed.
+    std::function<future<connected_socket>(const socket_address&, abort_source&)> connect_abortable;
     /// Runs on shard 0 once the engine runs, before any listen or connect (RDMA opens its
     /// device and builds every shard's resources here).
     std::function<future<>()> start = [] { return make_ready_future<>(); };

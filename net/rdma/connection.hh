@@ -177,5 +177,8 @@ net::server_socket listen(const net::socket_address& addr, const listen_options&
 future<net::connected_socket> connect(const net::socket_address& addr, const connection_options& opts);
 /// `connect` with the options given to rdma::start.
 future<net::connected_socket> connect(const net::socket_address& addr);
+/// `connect` cancelled by `as` (see the abortable `connect_rc`).
+future<net::connected_socket> connect(const net::socket_address& addr, const connection_options& opts,
+                                      abort_source& as);
 
 } // namespace shoal::net::rdma

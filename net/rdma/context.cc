@@ -229,6 +229,7 @@ void shard_context::remove_connection(internal::connection_impl* c, unsigned sen
     }
     erase_one(_connections, c);
     erase_one(_dirty, c);
+    erase_one(_next_round, c);
     erase_one(_starved, c);
     _cq_reserved -= std::min(_cq_reserved, send_queue_depth);
     if (_connections.empty() && _all_closed) {
@@ -266,6 +267,17 @@ void shard_context::remove_listener(internal::listener_impl* l) noexcept {
 }
 
 bool shard_context::before_poll() noexcept {
+    // Called after the round's tasks ran (never from inside after_poll): what was held back
+    // for them is posted now, unless they took it.
+    bool held = !_next_round.empty();
+    for (auto* c : _next_round) {
+        c->need_post();
+    }
+    _next_round.clear();
+    return post_dirty() || held;
+}
+
+bool shard_context::post_dirty() noexcept {
     bool work = false;
     if (!_starved.empty()) {
         for (size_t i = 0; i < _starved.size();) {
@@ -289,7 +301,7 @@ bool shard_context::before_poll() noexcept {
 }
 
 bool shard_context::after_poll() noexcept {
-    bool work = before_poll();
+    bool work = post_dirty() || !_next_round.empty();
     if (!_graveyard.empty()) {
         reap();
         work = true;

@@ -105,6 +105,9 @@ public:
     void remove_connection(internal::connection_impl* c, unsigned send_queue_depth) noexcept;
     /// `c` has work requests or credits to post: done once per poll, as one list per QP.
     void mark_dirty(internal::connection_impl* c) noexcept;
+    /// Posts for `c` again after the tasks of this reactor round have run (a credit-only
+    /// message held back so that a reply written by those tasks can carry the credits).
+    void post_next_round(internal::connection_impl* c) noexcept { _next_round.push_back(c); }
     /// `c` could not get receive buffers for its credits: retried every poll.
     void mark_starved(internal::connection_impl* c) noexcept;
     /// Releases `c`'s verbs resources at the end of the current poll (never inside dispatch).
@@ -146,6 +149,8 @@ public:
 private:
     bool before_poll() noexcept override;
     bool after_poll() noexcept override;
+    /// Posts what connections queued (and retries starved ones); true when it did anything.
+    bool post_dirty() noexcept;
     void on_receive(const ibv_wc& wc, buffer& buf) noexcept override;
     void on_cm_readable() noexcept;
     void on_async_readable() noexcept;
@@ -168,6 +173,7 @@ private:
     std::unordered_map<uint32_t, internal::connection_impl*> _qps;
     std::vector<internal::connection_impl*> _connections;
     std::vector<internal::connection_impl*> _dirty;
+    std::vector<internal::connection_impl*> _next_round;
     std::vector<internal::connection_impl*> _starved;
     std::vector<internal::connection_impl*> _graveyard;
     std::vector<internal::acceptor*> _acceptors;

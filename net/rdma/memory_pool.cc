@@ -53,6 +53,14 @@ void internal::buffer_desc::release() noexcept {
     pool->free(this);
 }
 
+void internal::buffer_desc::unref_elsewhere() noexcept {
+    // The count is not atomic: the drop runs on the pool's shard, like every other use of it.
+    (void)submit_to(pool->_shard, [d = this] {
+        ++d->pool->_stats.remote_frees;
+        d->unref();
+    });
+}
+
 size_t buffer::capacity() const noexcept {
     return _d->pool->_classes[_d->size_class].size;
 }
@@ -297,15 +305,7 @@ void memory_pool::free_local(internal::buffer_desc* d) noexcept {
 }
 
 void memory_pool::free(internal::buffer_desc* d) noexcept {
-    if (this_shard_id() == _shard) {
-        free_local(d);
-        return;
-    }
-    // Freed on another shard: the buffer goes home, where its pool is touched only by its shard.
-    (void)submit_to(_shard, [d] {
-        d->pool->free_local(d);
-        ++d->pool->_stats.remote_frees;
-    });
+    free_local(d); // the last drop runs on the pool's shard (buffer_desc::unref_elsewhere)
 }
 
 } // namespace shoal::net::rdma

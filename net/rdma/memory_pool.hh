@@ -60,10 +60,14 @@ public:
     uint32_t lkey = 0;
     uint16_t size_class = 0;
     bool needs_ref = false; // the owner's count dropped to zero before; ref() before reuse
+    /// Made on the pool's shard: its count is only touched there (see `buffer_owner`).
+    buffer_desc() noexcept { stay_home(); }
     ~buffer_desc() override = default;
 
 private:
     void release() noexcept override;
+    /// Dropped on another shard: the drop is sent to the pool's shard.
+    void unref_elsewhere() noexcept override;
 };
 } // namespace internal
 

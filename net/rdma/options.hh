@@ -25,9 +25,8 @@ struct connection_options {
     /// Receive window of a connection whose peer is not sending (and its first window), at most
     /// `credits`. Below `credits` the window opens (doubling) while the peer runs low on credits
     /// and closes back (halving) after a window of messages where it did not; an idle connection
-    /// pins `idle_credits + ctrl_credits` shared receives. The default keeps the full window
-    /// (see docs/rdma.md, "Limits and scale": 2 is what holds 1,000 idle connections per shard).
-    unsigned idle_credits = 16;
+    /// pins `idle_credits + ctrl_credits` shared receives (docs/rdma.md, "Limits and scale").
+    unsigned idle_credits = 2;
     /// Receives reserved for the peer's credit-only messages.
     unsigned ctrl_credits = 2;
     /// Every k-th send is signaled (others are unsignaled and retired by the next signaled).

@@ -466,13 +466,25 @@ void connection_impl::maybe_queue_ctrl() noexcept {
     // rxe, a system call that runs the protocol). So they get one only when the peer is down to
     // half its window: in request/response traffic the next reply carries them, and a one-way
     // sender still has half a window in flight while they travel.
+    // Below 4 credits (the idle window) they are due only once the peer has none left: in
+    // request/response traffic the reply always carries them first, and a one-way sender that
+    // runs out opens the window (adapt_window) at the message that emptied it. From 4 up, a
+    // message that just arrived is answered by tasks that run after this poll, so a due
+    // credit-only message waits one reactor round for a reply to carry the credits instead.
     uint32_t window = _window;
     uint32_t peer_has = _granted - _credits_to_return;
-    bool credits_due = _credits_to_return > 0 && peer_has <= window / 2;
+    bool credits_due = _credits_to_return > 0 && (window < 4 ? peer_has == 0 : peer_has <= window / 2);
     bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;
     if (!credits_due && !acks_due) {
+        _ctrl_held = false;
         return;
     }
+    if (!acks_due && peer_has > 0 && !_ctrl_held) {
+        _ctrl_held = true;
+        _ctx->post_next_round(this);
+        return;
+    }
+    _ctrl_held = false;
     send_slot& s = next_slot();
     s.kind = send_slot::op::ctrl;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;

@@ -180,6 +180,8 @@ public:
     /// Posts the queued send requests as one list, adding a credit message first when one is
     /// due. Called by the context once per poll.
     void post_pending() noexcept;
+    /// Has `post_pending` run at the end of this poll (once, however often it is asked).
+    void need_post() noexcept;
     /// A signaled send completed: retires it and the unsignaled requests before it; an error
     /// closes the connection.
     void on_send_complete(send_slot& s, const ibv_wc& wc) noexcept;
@@ -244,6 +246,8 @@ public:
     future<> stream_flush();
     /// Sends end of stream after the queued bytes; resolves when that send completed.
     future<> stream_close_output();
+    /// Fails a pending read with `ex` (an abort_source fired); unread messages stay queued.
+    void stream_abort_read(const std::exception_ptr& ex) noexcept;
     /// Drops unread messages (returning their credits) and ends the stream for the reader.
     void stream_shutdown_input() noexcept;
     /// Breaks the connection at once (see `stream_socket::abort`).
@@ -322,7 +326,6 @@ private:
     void break_with(std::exception_ptr ex) noexcept;
     std::exception_ptr op_error(const send_slot& s, ibv_wc_status status) const;
     std::exception_ptr closed_error() const;
-    void need_post() noexcept;
 
     // one-sided helpers (one_sided.cc)
     bool can_issue(bool needs_credit) const noexcept;
@@ -428,6 +431,7 @@ private:
     uint32_t _ctrl_granted = 0; // control credits reserved for the peer
     uint32_t _credits_to_return = 0;
     uint32_t _ctrl_to_return = 0; // control messages received whose credit is not returned yet
+    bool _ctrl_held = false;      // a due credit-only message waits a round for a reply to carry it
     uint32_t _unconsumed = 0;     // messages/events received and not yet taken by the user
 
     // stream receive side

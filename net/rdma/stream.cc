@@ -59,6 +59,14 @@ future<net::temporary_buffer> connection_impl::stream_get() {
     return _rx_waiter->get_future();
 }
 
+void connection_impl::stream_abort_read(const std::exception_ptr& ex) noexcept {
+    if (_rx_waiter) {
+        auto pr = std::move(*_rx_waiter);
+        _rx_waiter.reset();
+        pr.set_exception(ex);
+    }
+}
+
 void connection_impl::stream_shutdown_input() noexcept {
     _input_closed = true;
     unsigned n = unsigned(_rx.size());
@@ -381,7 +389,21 @@ stream_source::~stream_source() {
 }
 
 future<net::temporary_buffer> stream_source::get() {
+    _read_abort = {};
     return _ref->impl().stream_get();
+}
+
+future<net::temporary_buffer> stream_source::get(abort_source& as) {
+    _read_abort = {};
+    if (as.abort_requested()) {
+        return make_exception_future<net::temporary_buffer>(as.abort_exception());
+    }
+    auto f = _ref->impl().stream_get();
+    if (!f.available()) {
+        _read_abort =
+            as.subscribe([this](const std::exception_ptr& ex) { _ref->impl().stream_abort_read(ex); });
+    }
+    return f;
 }
 
 future<> stream_source::close() {
@@ -550,6 +572,11 @@ future<net::connected_socket> connect(const net::socket_address& addr, const con
 
 future<net::connected_socket> connect(const net::socket_address& addr) {
     return connect_rc(addr).then([](connection c) { return c.socket(); });
+}
+
+future<net::connected_socket> connect(const net::socket_address& addr, const connection_options& opts,
+                                      abort_source& as) {
+    return connect_rc(addr, opts, as).then([](connection c) { return c.socket(); });
 }
 
 } // namespace shoal::net::rdma

@@ -19,10 +19,14 @@ public:
     explicit stream_source(std::shared_ptr<connection_ref> ref);
     ~stream_source() override;
     future<net::temporary_buffer> get() override;
+    /// `get()` that `as` cancels: the pending read fails with the abort's reason; messages that
+    /// arrive later stay queued (their credits return when a later read takes them).
+    future<net::temporary_buffer> get(abort_source& as) override;
     future<> close() override;
 
 private:
     std::shared_ptr<connection_ref> _ref;
+    abort_source::subscription _read_abort;
 };
 
 /// Sends bytes as messages of at most the peer's receive size, within the peer's credits.
@@ -32,7 +36,9 @@ class stream_sink final : public net::data_sink_impl {
 public:
     /// Writes to the connection held by `ref`.
     explicit stream_sink(std::shared_ptr<connection_ref> ref) noexcept
-        : _ref(std::move(ref)) {}
+        : _ref(std::move(ref)) {
+        _release_when_flushed = true; // an idle connection holds no pool memory for sending
+    }
     future<> put(net::temporary_buffer buf) override;
     /// Queues every buffer before sending, so a header and a payload leave in one SEND (one
     /// scatter-gather entry each) when they fit the peer's receive size.

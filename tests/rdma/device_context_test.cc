@@ -1,6 +1,7 @@
 // Devices, the per-shard context, the registered memory pool (real verbs, Soft-RoCE guest).
 #include "rdma_test_util.hh"
 
+#include "core/future_util.hh"
 #include "core/timer.hh"
 
 #include <cerrno>
@@ -140,6 +141,47 @@ TEST(pool, a_buffer_freed_on_another_shard_goes_home) {
         EXPECT_EQ(after.in_use_buffers, before.in_use_buffers);
         EXPECT_EQ(after.remote_frees, before.remote_frees + 1);
         EXPECT_EQ(rdma::shard_context::local().pool().stats().remote_frees, 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(pool, slices_dropped_on_two_shards_at_once_are_counted_at_home) {
+    // Shard 1's buffer, sliced there; shard 0 drops half the slices while shard 1 drops the
+    // rest. Each drop on shard 0 is sent home (remote_frees counts them), so the buffer's
+    // non-atomic count is only ever touched on shard 1 and the buffer goes back exactly once.
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr unsigned n = 200;
+        auto before = co_await submit_to(1, [] { return rdma::shard_context::local().pool().stats(); });
+        static thread_local std::vector<net::temporary_buffer> kept;
+        std::vector<net::temporary_buffer> away = co_await submit_to(1, [] {
+            net::temporary_buffer t =
+                rdma::shard_context::local().pool().allocate(64 << 10).into_temporary_buffer(64 << 10);
+            std::vector<net::temporary_buffer> v;
+            for (unsigned i = 0; i < n; ++i) {
+                v.push_back(t.share(i * 8, 8));
+                kept.push_back(t.share(i * 8, 8));
+            }
+            return v;
+        });
+        auto home_drops = submit_to(1, []() -> future<> {
+            while (!kept.empty()) {
+                kept.pop_back();
+                co_await yield();
+            }
+        });
+        while (!away.empty()) {
+            away.pop_back();
+            co_await yield();
+        }
+        co_await std::move(home_drops);
+        bool back = co_await submit_to(1, [in_use = before.in_use_buffers] {
+            return eventually(
+                [in_use] { return rdma::shard_context::local().pool().stats().in_use_buffers == in_use; });
+        });
+        EXPECT_TRUE(back) << "the buffer did not go back to its pool";
+        auto after = co_await submit_to(1, [] { return rdma::shard_context::local().pool().stats(); });
+        EXPECT_EQ(after.remote_frees, before.remote_frees + n);
+        EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
     });
     EXPECT_EQ(rc, 0);
 }

@@ -52,6 +52,9 @@ struct consumer_side {
         rdma::listen_options lo;
         lo.connection = rdma::shard_context::local().opts().connection;
         lo.connection->region = ring.descriptor();
+        // The full receive window from the start (the default idle window is 2): the tests
+        // count one post for a batch of 8 doorbells.
+        lo.connection->idle_credits = lo.connection->credits;
         l.emplace(rdma::listen_rc(a, lo));
     }
     future<> accept() {

@@ -139,11 +139,11 @@ footprint measure() {
 TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
     const unsigned n = idle_connection_count();
     rdma::options o = test_options();
-    // Small per-connection costs: a send queue of 16 (each connection grows the CQ by it; rxe's
-    // CQ holds at most 32767 entries) and 4 KiB receive buffers; an SRQ with room for every
-    // connection's idle window (2 data + 2 control credits) plus the slack.
+    // The default receive window (2 data + 2 control credits); two per-connection costs made
+    // smaller than the defaults: a send queue of 16 (each connection grows the CQ by it; rxe's
+    // CQ holds at most 32767 entries) and 4 KiB receive buffers (at 64 KiB, 1,000 idle windows
+    // pin 250 MiB); an SRQ with room for every connection's idle window plus the slack.
     o.connection.send_queue_depth = 16;
-    o.connection.idle_credits = 2;
     o.recv_buffer_size = 4096;
     o.srq_size = 4 * n + 1024;
     o.pool.max_bytes = size_t(128) << 20;
@@ -199,7 +199,6 @@ TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
 
 TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
     rdma::options o = test_options();
-    o.connection.idle_credits = 2;
     int rc = run_rdma(
         2,
         []() -> future<> {

@@ -508,17 +508,22 @@ TEST(stream, abort_releases_a_writer_blocked_by_a_peer_that_never_reads) {
                 bool read_done = false;
             };
             static client_side cl;
-            // Shard 1 writes until a write stays blocked on credits (the peer never reads).
+            // Shard 1 writes until a write stays blocked on credits (the peer never reads). The
+            // peer's receive window starts small and opens while this side runs out of credits
+            // (up to `credits`), so a write can block and then go on once or twice first.
             co_await submit_to(1, [a]() -> future<> {
                 cl.s = co_await rdma::connect(a);
                 cl.out = cl.s.output();
                 cl.in = cl.s.input();
                 std::string block(16 << 10, 'a');
-                for (int i = 0; i < 1000; ++i) {
+                for (int i = 0; i < 1000 && !cl.blocked; ++i) {
                     future<> f = cl.out.write(block);
                     if (!f.available()) {
-                        cl.blocked.emplace(std::move(f));
-                        break;
+                        co_await sleep(50ms);
+                        if (!f.available()) {
+                            cl.blocked.emplace(std::move(f));
+                            break;
+                        }
                     }
                     co_await std::move(f);
                 }

@@ -4,6 +4,7 @@
 #include "core/abort_source.hh"
 #include "core/timer.hh"
 #include "net/tcp/tcp.hh"
+#include "net/transport.hh"
 #include "test_util.hh"
 
 #include <chrono>
@@ -231,6 +232,63 @@ TEST(TcpAbort, DestroyingTheSourceAfterTheReadFinishedIsHarmless) {
         co_await out.flush();
         auto c = co_await in.read();
         EXPECT_EQ(std::string(c.get(), c.size()), "y");
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(TcpAbort, ReadExactlyAndReadUpToAbortedPartWayLoseNoBytes) {
+    int rc = run([]() -> future<> {
+        auto conn = co_await connect_loopback();
+        auto& in = conn.in;
+        auto& out = conn.out;
+        co_await out.write("0123");
+        co_await out.flush();
+        abort_source as;
+        auto f = in.read_exactly(10, as);
+        co_await sleep(20ms); // "0123" gathered, waiting for the rest
+        EXPECT_FALSE(f.available());
+        as.request_abort();
+        bool aborted = false;
+        try {
+            (void)co_await std::move(f); // fails at the next task, "0123" put back first
+        } catch (const abort_requested_exception&) {
+            aborted = true;
+        }
+        EXPECT_TRUE(aborted);
+        co_await out.write("456789");
+        co_await out.flush();
+        auto b = co_await in.read_exactly(10);
+        EXPECT_EQ(std::string(b.get(), b.size()), "0123456789");
+        // An already-aborted source consumes nothing.
+        co_await out.write("abc");
+        co_await out.flush();
+        auto up = in.read_up_to(2, as);
+        EXPECT_TRUE(failed_with_abort(up));
+        auto got = co_await read_into(in, "", 3);
+        EXPECT_EQ(got, "abc");
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(TcpAbort, TheTransportConnectIsAbortable) {
+    int rc = run([]() -> future<> {
+        net::transport t = net::make_transport("tcp");
+        auto ss = t.listen(socket_address::parse("127.0.0.1:0"), {});
+        auto addr = ss.local_address();
+        abort_source done;
+        done.request_abort();
+        size_t fds = open_fds();
+        auto f = t.connect_abortable(addr, done);
+        EXPECT_TRUE(failed_with_abort(f));
+        EXPECT_EQ(open_fds(), fds);
+        abort_source as;
+        auto s = co_await t.connect_abortable(addr, as);
+        auto accepted = co_await ss.accept();
+        auto out = s.output();
+        auto in = accepted.connection.input();
+        co_await out.write("x");
+        co_await out.flush();
+        EXPECT_EQ(co_await read_into(in, "", 1), "x");
     });
     EXPECT_EQ(rc, 0);
 }

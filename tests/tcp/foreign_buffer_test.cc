@@ -154,3 +154,75 @@ TEST(ForeignBuffer, SmallBuffersAreCopied) {
 TEST(ForeignBuffer, TakenOnTheHomeShard) {
     EXPECT_EQ(run(taken_on_the_home_shard, 1), 0);
 }
+
+namespace {
+
+/// A buffer_owner that stays home (as RDMA pool buffers do): drops on another shard are sent
+/// home. Counts, per shard, the decrements of its (non-atomic) count, and where it was released.
+std::atomic<int> homed_released_on{-1};
+std::atomic<int> homed_elsewhere{0};
+std::atomic<int> homed_foreign_decrements{0};
+
+class homed_owner final : public buffer_owner {
+public:
+    static temporary_buffer make(size_t size) {
+        auto* o = new homed_owner(size);
+        return temporary_buffer(o->_bytes.data(), size, o);
+    }
+
+private:
+    explicit homed_owner(size_t size)
+        : _bytes(size)
+        , _home_shard(this_shard_id()) {
+        stay_home();
+    }
+    void release() noexcept override {
+        homed_released_on = int(this_shard_id());
+        delete this;
+    }
+    void unref_elsewhere() noexcept override {
+        ++homed_elsewhere;
+        (void)submit_to(_home_shard, [this] {
+            if (this_shard_id() != _home_shard) {
+                ++homed_foreign_decrements;
+            }
+            unref();
+        });
+    }
+    std::vector<char> _bytes;
+    unsigned _home_shard;
+};
+
+future<> slices_dropped_on_another_shard_are_dropped_at_home() {
+    homed_released_on = -1;
+    homed_elsewhere = 0;
+    temporary_buffer b = homed_owner::make(4096);
+    constexpr int n = 64;
+    std::vector<temporary_buffer> away;
+    for (int i = 0; i < n; ++i) {
+        away.push_back(b.share(size_t(i) * 64, 64));
+    }
+    // Shard 1 drops its slices while this shard keeps and drops slices of the same buffer.
+    auto remote = submit_to(1, [away = std::move(away)]() mutable {
+        away.clear();
+        return make_ready_future<>();
+    });
+    for (int i = 0; i < n; ++i) {
+        temporary_buffer mine = b.share(0, 8);
+        co_await yield();
+    }
+    co_await std::move(remote);
+    EXPECT_EQ(homed_elsewhere.load(), n) << "every drop on shard 1 was sent home";
+    b.reset();
+    for (int i = 0; i < 100 && homed_released_on.load() < 0; ++i) {
+        co_await sleep(1ms);
+    }
+    EXPECT_EQ(homed_released_on.load(), 0) << "released once, on its home shard";
+    EXPECT_EQ(homed_foreign_decrements.load(), 0);
+}
+
+} // namespace
+
+TEST(ForeignBuffer, AnOwnerThatStaysHomeIsDroppedAtHomeFromAnyShard) {
+    EXPECT_EQ(run(slices_dropped_on_another_shard_are_dropped_at_home, 2), 0);
+}
