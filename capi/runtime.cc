@@ -1,12 +1,28 @@
 #include "capi/runtime.hh"
 
 #include "capi/status.hh"
+#include "net/rdma/context.hh"
 #include "shoal/shoal_c.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <stdexcept>
 
 namespace shoal::capi {
+
+runtime_state::runtime_state(smp_options opts, bool rdma)
+    : _engine(std::move(opts)) {
+    if (rdma) {
+        try {
+            _engine.submit(0, [] { return net::rdma::start(); }).get();
+        } catch (...) {
+            _engine.stop();
+            throw;
+        }
+        _rdma = true;
+    }
+}
 
 bool runtime_state::track(std::weak_ptr<closable> c) {
     std::lock_guard lock(_mutex);
@@ -28,14 +44,23 @@ void runtime_state::forget(const closable* c) {
 
 void runtime_state::stop() {
     std::vector<std::weak_ptr<closable>> open;
+    bool first;
     {
         std::lock_guard lock(_mutex);
+        first = !_stopping;
         _stopping = true;
         open.swap(_open);
     }
     for (auto& w : open) {
         if (auto c = w.lock()) {
             c->close();
+        }
+    }
+    if (first && _rdma) {
+        try {
+            _engine.submit(0, [] { return net::rdma::stop(); }).get();
+        } catch (...) {
+            // Stopping the shards below frees what is left; nothing more to do for the caller.
         }
     }
     _engine.stop();
@@ -68,6 +93,7 @@ void shoal_runtime_options_init(shoal_runtime_options* opts) {
         opts->struct_size = sizeof(shoal_runtime_options);
         opts->shards = 1;
         opts->pin = 0;
+        opts->rdma = 0;
     }
 }
 
@@ -95,7 +121,7 @@ int shoal_runtime_start(const shoal_runtime_options* opts, shoal_runtime** out) 
         smp_options smp;
         smp.smp = o.shards;
         smp.pin = o.pin != 0;
-        auto state = std::make_shared<runtime_state>(smp);
+        auto state = std::make_shared<runtime_state>(smp, o.rdma != 0);
         *out = new shoal_runtime{std::move(state)};
         return int(SHOAL_OK);
     });

@@ -24,9 +24,9 @@ public:
 /// handle opened on it, so a client may outlive its runtime handle (as a closed handle).
 class runtime_state {
 public:
-    /// Starts the shards.
-    explicit runtime_state(smp_options opts)
-        : _engine(std::move(opts)) {}
+    /// Starts the shards, and RDMA on every shard when `rdma` (throws rdma_error without a
+    /// device, after stopping the shards again).
+    runtime_state(smp_options opts, bool rdma);
 
     /// The engine (its `submit`/`post` refuse work once stopped).
     alien::engine& engine() noexcept { return _engine; }
@@ -42,6 +42,7 @@ private:
     std::mutex _mutex;
     std::vector<std::weak_ptr<closable>> _open;
     bool _stopping = false;
+    bool _rdma = false;
 };
 
 /// Fails with SHOAL_ESTATE when called on a shard thread, where blocking would deadlock.

@@ -3,6 +3,7 @@
 #include "core/alien.hh"
 #include "core/future_util.hh"
 #include "kv/client_types.hh"
+#include "net/rdma/error.hh"
 #include "shoal/shoal_c.h"
 
 #include <cstdlib>
@@ -27,6 +28,10 @@ failure classify(std::exception_ptr ep) noexcept {
             return {SHOAL_ESERVER, e.what()};
         }
         return {SHOAL_EINTERNAL, e.what()};
+    } catch (const net::rdma::connection_error& e) {
+        return {SHOAL_ECONNECTION, e.what()};
+    } catch (const net::rdma::rdma_error& e) {
+        return {SHOAL_EUNAVAILABLE, e.what()};
     } catch (const alien::engine_stopped& e) {
         return {SHOAL_ECLOSED, e.what()};
     } catch (const timed_out_error& e) {
@@ -91,6 +96,8 @@ const char* shoal_status_name(int status) {
         return "SHOAL_ENOMEM";
     case SHOAL_EINTERNAL:
         return "SHOAL_EINTERNAL";
+    case SHOAL_EUNAVAILABLE:
+        return "SHOAL_EUNAVAILABLE";
     }
     return "SHOAL_UNKNOWN";
 }

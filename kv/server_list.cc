@@ -20,6 +20,15 @@ uint32_t number(std::string_view text, uint32_t min, uint32_t max, const char* w
 
 server_endpoint parse_entry(std::string_view entry) {
     server_endpoint s;
+    if (entry.starts_with("rdma://")) {
+        s.transport = endpoint_transport::rdma;
+        entry.remove_prefix(7);
+    } else if (entry.starts_with("tcp://")) {
+        entry.remove_prefix(6);
+    } else if (entry.find("://") != std::string_view::npos) {
+        throw std::invalid_argument("unknown scheme in server \"" + std::string(entry) +
+                                    "\" (tcp:// or rdma://)");
+    }
     std::string_view rest;
     if (entry.starts_with('[')) {
         auto close = entry.find(']');

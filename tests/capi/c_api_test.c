@@ -29,6 +29,32 @@ static int passed, failed;
 
 static const char* servers;
 static const char* dead_server;
+static int use_rdma; /* SHOAL_C_TEST_RDMA: runtimes start RDMA, the servers are rdma:// ones */
+
+/* Options for a runtime of `shards` shards, with RDMA when the test runs on a device. */
+static shoal_runtime_options options(unsigned shards) {
+    shoal_runtime_options opts;
+    shoal_runtime_options_init(&opts);
+    opts.shards = shards;
+    opts.rdma = use_rdma;
+    return opts;
+}
+
+/* Without a device, asking for RDMA is a clear error and leaves nothing running. */
+static void test_rdma_without_a_device(void) {
+    shoal_runtime_options opts = options(1);
+    opts.rdma = 1;
+    shoal_runtime* rt = NULL;
+    int rc = shoal_runtime_start(&opts, &rt);
+    if (rc == SHOAL_OK) { /* this machine has a device after all */
+        shoal_runtime_destroy(rt);
+        return;
+    }
+    CHECK(rc == SHOAL_EUNAVAILABLE && rt == NULL);
+    CHECK(strlen(shoal_last_error()) > 0);
+    CHECK_RC(shoal_runtime_start(NULL, &rt), SHOAL_OK); /* and a plain runtime starts after it */
+    shoal_runtime_destroy(rt);
+}
 
 static void test_status_names_and_version(void) {
     CHECK(strcmp(shoal_status_name(SHOAL_ENOTFOUND), "SHOAL_ENOTFOUND") == 0);
@@ -265,6 +291,8 @@ static void test_bad_open(shoal_runtime* rt) {
     CHECK_RC(shoal_kv_open(rt, "127.0.0.1:99999", 0, 0, &kv), SHOAL_EINVAL);
     CHECK(strstr(shoal_last_error(), "port") != NULL);
     CHECK_RC(shoal_kv_open(rt, "not-an-address:11211", 0, 0, &kv), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_open(rt, "udp://127.0.0.1:11211", 0, 0, &kv), SHOAL_EINVAL);
+    CHECK(strstr(shoal_last_error(), "scheme") != NULL);
     CHECK_RC(shoal_kv_open(rt, servers, 9, 0, &kv), SHOAL_EINVAL);
     CHECK_RC(shoal_kv_open(NULL, servers, 0, 0, &kv), SHOAL_EINVAL);
     CHECK_RC(shoal_kv_open(rt, NULL, 0, 0, &kv), SHOAL_EINVAL);
@@ -277,12 +305,14 @@ int main(void) {
         fprintf(stderr, "run me through with_kv_servers.sh\n");
         return 2;
     }
+    use_rdma = getenv("SHOAL_C_TEST_RDMA") != NULL;
     test_status_names_and_version();
     test_bad_runtime_use();
+    if (!use_rdma) {
+        test_rdma_without_a_device();
+    }
 
-    shoal_runtime_options opts;
-    shoal_runtime_options_init(&opts);
-    opts.shards = 2;
+    shoal_runtime_options opts = options(2);
     shoal_runtime* rt = NULL;
     CHECK_RC(shoal_runtime_start(&opts, &rt), SHOAL_OK);
     if (!rt) {
@@ -319,7 +349,8 @@ int main(void) {
     shoal_kv_destroy(other); /* after its runtime: still fine */
 
     /* A new runtime after the old one stopped, and the value stored before is there. */
-    CHECK_RC(shoal_runtime_start(NULL, &rt), SHOAL_OK);
+    opts = options(1);
+    CHECK_RC(shoal_runtime_start(&opts, &rt), SHOAL_OK);
     CHECK_RC(shoal_kv_open(rt, servers, 0, 5000, &kv), SHOAL_OK);
     char out[8];
     size_t size = 0;

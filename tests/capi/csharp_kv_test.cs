@@ -14,6 +14,7 @@ static class Shoal {
         public UIntPtr struct_size;
         public uint shards;
         public int pin;
+        public int rdma;
     }
 
     public const int OK = 0, EINVAL = 1, ECLOSED = 2, ENOTFOUND = 4, ETOOSMALL = 5, ECONNECTION = 8;

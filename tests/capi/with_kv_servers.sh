@@ -4,8 +4,18 @@
 # nobody listens on) in its environment; stops the servers afterwards. Exits with the command's
 # status.
 #
-# usage: with_kv_servers.sh SHOAL_KV_BINARY COMMAND [ARGS...]
+# With --rdma (on an RDMA device: the Soft-RoCE guest, SHOAL_RDMA_IP set by its wrapper) the
+# servers also serve the native RDMA protocol, the lists name them as rdma://IP:RDMA_PORT and
+# SHOAL_C_TEST_RDMA=1 tells the program to start its runtime with RDMA.
+#
+# usage: with_kv_servers.sh [--rdma] SHOAL_KV_BINARY COMMAND [ARGS...]
 set -euo pipefail
+rdma=0
+if [ "$1" = "--rdma" ]; then
+    rdma=1
+    shift
+    ip=${SHOAL_RDMA_IP:?SHOAL_RDMA_IP is not set (run through rdma-test-wrapper.sh)}
+fi
 bin=$1
 shift
 work=$(mktemp -d)
@@ -22,17 +32,32 @@ trap cleanup EXIT
 servers=""
 for i in 1 2; do
     port=$(free_port)
-    "$bin" -l 127.0.0.1 -p "$port" --smp 2 -m 64 >"$work/server$i.log" 2>&1 &
+    if [ "$rdma" = 1 ]; then
+        # Shard s of a server listens on its RDMA port + s.
+        rport=$((18800 + 10 * i))
+        "$bin" -l "$ip" -p "$port" --rdma-port "$rport" --smp 2 -m 64 >"$work/server$i.log" 2>&1 &
+    else
+        "$bin" -l 127.0.0.1 -p "$port" --smp 2 -m 64 >"$work/server$i.log" 2>&1 &
+    fi
     pids+=($!)
     for _ in $(seq 100); do
         grep -q "listening on" "$work/server$i.log" && break
         sleep 0.1
     done
     grep -q "listening on" "$work/server$i.log" || { echo "shoal-kv did not start"; cat "$work/server$i.log"; exit 1; }
-    servers="${servers:+$servers,}127.0.0.1:$port"
+    if [ "$rdma" = 1 ]; then
+        servers="${servers:+$servers,}rdma://$ip:$rport"
+    else
+        servers="${servers:+$servers,}127.0.0.1:$port"
+    fi
 done
 export SHOAL_KV_SERVERS=$servers
-export SHOAL_DEAD_SERVER="127.0.0.1:$(free_port)"
+if [ "$rdma" = 1 ]; then
+    export SHOAL_DEAD_SERVER="rdma://$ip:18890"
+    export SHOAL_C_TEST_RDMA=1
+else
+    export SHOAL_DEAD_SERVER="127.0.0.1:$(free_port)"
+fi
 status=0
 timeout 120 "$@" || status=$?
 exit "$status"

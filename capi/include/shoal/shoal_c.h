@@ -40,11 +40,12 @@ typedef enum shoal_status {
     SHOAL_ETOOSMALL = 5,  /**< the output buffer is too small (the size needed is returned) */
     SHOAL_ENOTSTORED = 6, /**< add of an existing key, replace of a missing one */
     SHOAL_EEXISTS = 7,    /**< cas: the value changed since its unique was read */
-    SHOAL_ECONNECTION = 8, /**< cannot connect, the connection broke, or the peer made no sense */
-    SHOAL_ESERVER = 9,     /**< the server refused the request (its message in shoal_last_error) */
-    SHOAL_ETIMEDOUT = 10,  /**< the request timed out */
-    SHOAL_ENOMEM = 11,     /**< out of memory */
-    SHOAL_EINTERNAL = 12,  /**< anything else (a bug: the message says what) */
+    SHOAL_ECONNECTION = 8,   /**< cannot connect, the connection broke, or the peer made no sense */
+    SHOAL_ESERVER = 9,       /**< the server refused the request (its message in shoal_last_error) */
+    SHOAL_ETIMEDOUT = 10,    /**< the request timed out */
+    SHOAL_ENOMEM = 11,       /**< out of memory */
+    SHOAL_EINTERNAL = 12,    /**< anything else (a bug: the message says what) */
+    SHOAL_EUNAVAILABLE = 13, /**< RDMA asked for where there is no usable RDMA device */
 } shoal_status;
 
 /** The library's version as MAJOR * 10000 + MINOR * 100 + PATCH. */
@@ -67,6 +68,8 @@ typedef struct shoal_runtime_options {
     size_t struct_size; /**< sizeof(shoal_runtime_options), set by shoal_runtime_options_init */
     unsigned shards;    /**< number of shards (threads); default 1 */
     int pin;            /**< non-zero: pin shard i to the i-th CPU the process may use; default 0 */
+    int rdma;           /**< non-zero: start RDMA on every shard (first device) so clients may use
+                             rdma:// servers; SHOAL_EUNAVAILABLE without a device; default 0 */
 } shoal_runtime_options;
 
 /** A running set of shards. */
@@ -112,6 +115,9 @@ typedef void (*shoal_kv_get_cb)(void* user, int status, const void* value, size_
 
 /** Opens a client of `servers`, a comma-separated list of "host:port" or "host:port:weight"
  *  entries with numeric addresses ("10.0.0.7:11211,[::1]:11212"), on shard `shard` of `rt`.
+ *  An entry written "rdma://host:port" speaks shoal-kv's native RDMA protocol to its
+ *  --rdma-port (the runtime must have been started with `rdma` set); others the memcached text
+ *  protocol over TCP.
  *  Connections are made on first use, so a server that is down fails the first request to it,
  *  not this call. `timeout_ms` bounds connecting and each request (0: no request timeout). */
 SHOAL_C_API int shoal_kv_open(shoal_runtime* rt, const char* servers, unsigned shard, unsigned timeout_ms,
