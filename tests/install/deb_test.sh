@@ -42,7 +42,9 @@ grep -q -- "--prometheus-port" "$work/help.txt" || { echo "FAIL: unexpected --he
 inst=$work/installed
 mkdir -p "$inst/var/lib/dpkg/info" "$inst/var/lib/dpkg/updates"
 cp /var/lib/dpkg/status "$inst/var/lib/dpkg/status"
-force=()
+# The scratch root has no shell: maintainer scripts (shoal's ldconfig) run outside it, with
+# DPKG_ROOT set, which they honour.
+force=(--force-script-chrootless)
 [ "$(id -u)" = 0 ] || force+=(--force-not-root)
 dpkg_root() { dpkg --root="$inst" "${force[@]}" "$@" 2> >(grep -v "files list file for package" >&2); }
 dpkg_root -i "$deb" "$dev" >"$work/dpkg.log" || { cat "$work/dpkg.log"; echo "FAIL: dpkg -i"; exit 1; }
