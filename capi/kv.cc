@@ -149,8 +149,16 @@ int store(shoal_kv* kv, bool add, const char* key, size_t key_size, const void* 
     });
 }
 
-/// Hands `fn` (returning a future of shoal_status and text) to `kv`'s shard and reports its
-/// outcome to `report(status, text)` there.
+/// What an _async call's work yields on the shard: a status, the error text when it is not
+/// SHOAL_OK, and the value of a get.
+struct async_outcome {
+    int status = SHOAL_OK;
+    std::string error;
+    kv::fetched_value value;
+};
+
+/// Hands `fn` (returning a future<async_outcome>) to `kv`'s shard and reports its outcome to
+/// `report(status, error text or NULL, outcome or NULL)` there.
 template <typename Fn, typename Report>
 int start_async(shoal_kv* kv, const char* what, Fn fn, Report report) {
     return guarded([&] {
@@ -166,8 +174,8 @@ int start_async(shoal_kv* kv, const char* what, Fn fn, Report report) {
                             auto failure = classify(f.get_exception());
                             report(failure.status, failure.text.c_str(), nullptr);
                         } else {
-                            auto result = f.get();
-                            report(result.first, result.first == SHOAL_OK ? nullptr : result.second.c_str(),
+                            async_outcome result = f.get();
+                            report(result.status, result.status == SHOAL_OK ? nullptr : result.error.c_str(),
                                    &result);
                         }
                     });
@@ -411,13 +419,11 @@ int shoal_kv_set_async(shoal_kv* kv, const char* key, size_t key_size, const voi
             kv, "shoal_kv_set_async",
             [k = std::move(k), v = std::move(v), flags, exptime](kv_state& st) {
                 return st.client().set(k, v, flags, exptime).then([](kv::store_outcome o) {
-                    int rc = o == kv::store_outcome::stored ? SHOAL_OK : SHOAL_ENOTSTORED;
-                    return std::pair<int, std::string>(rc, rc == SHOAL_OK ? "" : "not stored");
+                    return o == kv::store_outcome::stored ? async_outcome{}
+                                                          : async_outcome{SHOAL_ENOTSTORED, "not stored", {}};
                 });
             },
-            [done, user](int status, const char* error, std::pair<int, std::string>*) {
-                done(user, status, error);
-            });
+            [done, user](int status, const char* error, async_outcome*) { done(user, status, error); });
     });
 }
 
@@ -430,26 +436,20 @@ int shoal_kv_get_async(shoal_kv* kv, const char* key, size_t key_size, shoal_kv_
             return fail(SHOAL_EINVAL, "shoal_kv_get_async: NULL callback");
         }
         std::string k(key, key_size);
-        // The value travels in the pair's text; flags ride in front of it.
         return start_async(
             kv, "shoal_kv_get_async",
             [k = std::move(k)](kv_state& st) {
                 return st.client().get(k).then([](std::optional<kv::fetched_value> v) {
                     if (!v) {
-                        return std::pair<int, std::string>(SHOAL_ENOTFOUND, "no such key");
+                        return async_outcome{SHOAL_ENOTFOUND, "no such key", {}};
                     }
-                    std::string packed(sizeof(uint32_t), '\0');
-                    std::memcpy(packed.data(), &v->flags, sizeof(uint32_t));
-                    packed += v->data;
-                    return std::pair<int, std::string>(SHOAL_OK, std::move(packed));
+                    return async_outcome{SHOAL_OK, {}, std::move(*v)};
                 });
             },
-            [done, user](int status, const char* error, std::pair<int, std::string>* result) {
+            [done, user](int status, const char* error, async_outcome* result) {
                 if (status == SHOAL_OK && result) {
-                    uint32_t flags;
-                    std::memcpy(&flags, result->second.data(), sizeof(uint32_t));
-                    done(user, status, result->second.data() + sizeof(uint32_t),
-                         result->second.size() - sizeof(uint32_t), flags, nullptr);
+                    const auto& v = result->value;
+                    done(user, status, v.data.data(), v.data.size(), v.flags, nullptr);
                 } else {
                     done(user, status, nullptr, 0, 0, error);
                 }
@@ -470,13 +470,10 @@ int shoal_kv_delete_async(shoal_kv* kv, const char* key, size_t key_size, shoal_
             kv, "shoal_kv_delete_async",
             [k = std::move(k)](kv_state& st) {
                 return st.client().remove(k).then([](bool existed) {
-                    return std::pair<int, std::string>(existed ? SHOAL_OK : SHOAL_ENOTFOUND,
-                                                       existed ? "" : "no such key");
+                    return existed ? async_outcome{} : async_outcome{SHOAL_ENOTFOUND, "no such key", {}};
                 });
             },
-            [done, user](int status, const char* error, std::pair<int, std::string>*) {
-                done(user, status, error);
-            });
+            [done, user](int status, const char* error, async_outcome*) { done(user, status, error); });
     });
 }
 
