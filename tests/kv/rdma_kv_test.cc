@@ -3,14 +3,8 @@
 // location and by cached location (READ validated by version and checksum), PUT inline and by
 // grant → WRITE_WITH_IMM commit, grant expiry and disconnect, and writes outside a grant.
 // Sized for the emulated guest: small memory, values up to 256 KB, bounded loops.
-#include "../rdma/rdma_test_util.hh"
-#include "kv/client.hh"
-#include "kv/hash.hh"
-#include "kv/rdma_server.hh"
-#include "kv/rdma_transport.hh"
 #include "kv/record.hh"
-#include "kv/registered_page_source.hh"
-#include "kv/server.hh"
+#include "rdma_kv_util.hh"
 
 #include <map>
 #include <string>
@@ -18,129 +12,9 @@
 
 using namespace shoal;
 using namespace shoal::rdma_test;
+using namespace shoal::kv_test;
 
 namespace {
-
-/// shoal-kv on every shard: TCP text protocol and the native RDMA protocol on one store each.
-struct rdma_kv {
-    kv::shared_counters counters;
-    sharded<kv::server> servers;
-    sharded<kv::rdma_server> rdma;
-    net::socket_address tcp_addr;
-    net::socket_address rdma_addr;
-
-    future<> start(kv::rdma_server_config rc = {}, size_t shard_memory = size_t(24) << 20) {
-        kv::server_config cfg;
-        cfg.store.memory_limit = shard_memory;
-        cfg.store.remote_readable = true;
-        cfg.page_source_factory = [](size_t page, size_t pages) -> std::unique_ptr<kv::page_source> {
-            return std::make_unique<kv::registered_page_source>(rdma::shard_context::local().pd(), page,
-                                                                pages, false);
-        };
-        co_await servers.start(cfg, &servers, &counters);
-        tcp_addr =
-            co_await kv::listen_on_all_shards(servers, net::socket_address::from_host_port(env().ip, 0));
-        uint16_t port = next_port();
-        for (unsigned s = 1; s < shard_count(); ++s) {
-            next_port(); // P + s stays ours
-        }
-        co_await rdma.start(rc, &servers);
-        rdma_addr = co_await kv::rdma_listen_on_all_shards(rdma, addr(port));
-    }
-    future<> stop() {
-        co_await rdma.stop();
-        co_await servers.stop();
-    }
-    /// Sum of a counter over the shards.
-    template <typename F>
-    future<uint64_t> sum(F f) {
-        uint64_t n = 0;
-        for (unsigned s = 0; s < shard_count(); ++s) {
-            n += co_await rdma.invoke_on(s, [f](kv::rdma_server& r) { return uint64_t(f(r)); });
-        }
-        co_return n;
-    }
-    /// References held on items, all shards (0 when no grant or reply holds item memory).
-    future<uint64_t> refs() {
-        uint64_t n = 0;
-        for (unsigned s = 0; s < shard_count(); ++s) {
-            n += co_await servers.invoke_on(s, [](kv::server& r) { return uint64_t(r.store().refs_held()); });
-        }
-        co_return n;
-    }
-    std::vector<std::unique_ptr<kv::client>> clients;
-    std::vector<std::unique_ptr<kv::internal::rdma_transport>> transports;
-
-    /// A kv::client of this server over `t` (closed by `close_clients`).
-    kv::client& client(kv::endpoint_transport t) {
-        clients.push_back(std::make_unique<kv::client>(client_cfg(t)));
-        return *clients.back();
-    }
-    /// An RDMA transport to this server (closed by `close_clients`).
-    kv::internal::rdma_transport& transport(kv::rdma_client_options o = {}) {
-        transports.push_back(
-            std::make_unique<kv::internal::rdma_transport>(rdma_addr, 0, std::chrono::milliseconds(5000), o));
-        return *transports.back();
-    }
-    future<> close_clients() {
-        for (auto& c : clients) {
-            co_await c->close();
-        }
-        for (auto& tr : transports) {
-            co_await tr->close();
-        }
-    }
-    kv::client_config client_cfg(kv::endpoint_transport t) const {
-        kv::client_config c;
-        const net::socket_address& a = t == kv::endpoint_transport::rdma ? rdma_addr : tcp_addr;
-        c.servers = {{env().ip, a.port(), 1, t}};
-        return c;
-    }
-};
-
-/// Runs `body` against a fresh server; clients are closed and the server stopped even when the
-/// body fails (its exception is then rethrown).
-template <typename Body>
-future<> with_kv(Body body, kv::rdma_server_config rc = {}, size_t shard_memory = size_t(24) << 20) {
-    rdma_kv kvs;
-    co_await kvs.start(rc, shard_memory);
-    std::exception_ptr err;
-    try {
-        co_await body(kvs);
-    } catch (...) {
-        err = std::current_exception();
-    }
-    co_await kvs.close_clients();
-    co_await kvs.stop();
-    if (err) {
-        std::rethrow_exception(err);
-    }
-}
-
-/// ibv_reg_mr calls of the shards' pools so far (they grow with traffic, whatever the protocol).
-future<uint64_t> pool_registrations() {
-    uint64_t n = 0;
-    for (unsigned s = 0; s < shard_count(); ++s) {
-        n += co_await submit_to(s, [] { return rdma::shard_context::local().pool().stats().registrations; });
-    }
-    co_return n;
-}
-
-/// A value of `n` bytes that names its key and version, so a wrong or torn one is recognised.
-std::string value_of(std::string_view key, unsigned version, size_t n) {
-    std::string v = std::string(key) + "#" + std::to_string(version) + "#";
-    v.resize(std::max(n, v.size()), '.');
-    for (size_t i = v.find_last_of('#') + 1; i < v.size(); ++i) {
-        v[i] = char('a' + (i * 7 + version) % 26);
-    }
-    return v;
-}
-
-/// The value of `key` fetched over `t`, or "<miss>".
-future<std::string> fetch(kv::internal::rdma_transport& t, std::string key) {
-    auto v = co_await t.get_one(std::move(key));
-    co_return v ? v->data : std::string("<miss>");
-}
 
 /// A raw client of one server shard speaking the wire format directly (the protocol tests).
 struct raw_client {
@@ -179,16 +53,6 @@ struct raw_client {
         return call(q, key);
     }
 };
-
-/// A key owned by `shard` (of `shards`), starting from `prefix`.
-std::string key_on(unsigned shard, unsigned shards, std::string prefix) {
-    for (unsigned i = 0;; ++i) {
-        std::string k = prefix + std::to_string(i);
-        if (kv::shard_of(kv::hash_key(k), shards) == shard) {
-            return k;
-        }
-    }
-}
 
 } // namespace
 
