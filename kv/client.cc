@@ -23,7 +23,11 @@ std::vector<std::unique_ptr<internal::client_transport>> make_transports(const c
         const auto& s = cfg.servers[i];
         auto addr = net::socket_address::from_host_port(s.host, s.port);
         if (s.transport == endpoint_transport::rdma) {
-            out.push_back(std::make_unique<internal::rdma_transport>(addr, i, cfg.connect_timeout, cfg.rdma));
+            rdma_client_options o = cfg.rdma;
+            if (o.request_timeout.count() == 0) {
+                o.request_timeout = cfg.request_timeout;
+            }
+            out.push_back(std::make_unique<internal::rdma_transport>(addr, i, cfg.connect_timeout, o));
         } else {
             out.push_back(std::make_unique<internal::text_transport>(addr, i, cfg.connect_timeout,
                                                                      cfg.request_timeout));

@@ -30,7 +30,7 @@ struct client_config {
     /// a `connection` error, and the next request connects again.
     std::chrono::milliseconds request_timeout{0};
     /// The native RDMA protocol's settings (servers with `endpoint_transport::rdma`; needs
-    /// `rdma::start` on the client's shard). request_timeout does not apply to it yet.
+    /// `rdma::start` on the client's shard); `request_timeout` applies to it too.
     rdma_client_options rdma;
 };
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 
 namespace shoal::kv {
@@ -14,6 +15,16 @@ struct rdma_client_options {
     /// READs of a location that fail validation before the value is fetched through the
     /// server again; after `read_retries` such rounds the GET fails.
     unsigned read_retries = 8;
+    /// How long a request may wait for its reply (0: no limit; `kv::client` passes its
+    /// `request_timeout` when this is 0). A request past it fails with a `connection` error and
+    /// breaks its shard connection (every request in flight on it fails the same way); the next
+    /// request connects again.
+    std::chrono::milliseconds request_timeout{0};
+    /// Reconnect back-off: a connection that broke is made again on the next request; when that
+    /// attempt fails, requests fail at once (no attempt) for `reconnect_backoff_min`, doubled
+    /// after every further failed attempt up to `reconnect_backoff_max`; a success resets it.
+    std::chrono::milliseconds reconnect_backoff_min{100};
+    std::chrono::milliseconds reconnect_backoff_max{5000};
 };
 
 } // namespace shoal::kv

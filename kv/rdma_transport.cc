@@ -63,7 +63,7 @@ future<std::shared_ptr<rdma_transport::shard_conn>> rdma_transport::connect_shar
 }
 
 future<> rdma_transport::connect_all() {
-    bool healthy = !_shards.empty();
+    bool healthy = !_shards.empty() && _shards.size() == _shard_count;
     for (auto& s : _shards) {
         healthy = healthy && !s->broken;
     }
@@ -77,24 +77,22 @@ future<> rdma_transport::connect_all() {
         co_await std::move(f);
         co_return;
     }
+    if (_backoff.count() && lowres_clock::now() < _retry_at) {
+        ++_stats.backoff_refusals;
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(_retry_at - lowres_clock::now());
+        fail(client_errc::connection, "not connected; next attempt in " + std::to_string(left.count()) +
+                                          " ms (back-off " + std::to_string(_backoff.count()) + " ms)");
+    }
+    if (_opts.request_timeout.count() && !_watchdog.armed()) {
+        _watchdog.set_callback([this] { check_deadlines(); });
+        _watchdog.arm_periodic(
+            std::max<lowres_clock::duration>(_opts.request_timeout / 4, std::chrono::milliseconds(5)));
+    }
     _connecting.emplace();
+    ++_stats.connect_attempts;
     std::exception_ptr failed;
     try {
-        for (auto& s : _shards) {
-            s->c.close(); // a broken set is replaced whole
-        }
-        _shards.clear();
-        _cache.clear();
-        _shards.push_back(co_await connect_shard(0));
-        wire::request hello;
-        hello.code = wire::op::hello;
-        reply r = co_await call(0, hello, {}, {});
-        if (r.h.aux == 0 || r.h.aux > 1024) {
-            fail(client_errc::connection, "hello announced " + std::to_string(r.h.aux) + " shards");
-        }
-        for (unsigned s = 1; s < r.h.aux; ++s) {
-            _shards.push_back(co_await connect_shard(s));
-        }
+        co_await reconnect();
     } catch (const client_error&) {
         failed = std::current_exception();
     } catch (const std::exception& e) {
@@ -102,10 +100,12 @@ future<> rdma_transport::connect_all() {
             client_error(client_errc::connection, _index, name() + ": cannot connect: " + e.what()));
     }
     if (failed) {
-        for (auto& s : _shards) {
-            s->broken = true;
-            s->c.close();
-        }
+        ++_stats.connect_failures;
+        _backoff = _backoff.count() == 0 ? _opts.reconnect_backoff_min
+                                         : std::min(_backoff * 2, _opts.reconnect_backoff_max);
+        _retry_at = lowres_clock::now() + _backoff;
+    } else {
+        _backoff = std::chrono::milliseconds(0);
     }
     auto waiters = std::move(*_connecting);
     _connecting.reset();
@@ -115,6 +115,73 @@ future<> rdma_transport::connect_all() {
     if (failed) {
         std::rethrow_exception(failed);
     }
+}
+
+future<> rdma_transport::reconnect() {
+    _cache.clear(); // the server may have restarted: its locations are not trusted any more
+    if (_shards.empty() || _shards[0]->broken) {
+        auto s0 = co_await connect_shard(0);
+        if (_shards.empty()) {
+            _shards.push_back(std::move(s0));
+        } else {
+            _shards[0]->c.close();
+            _shards[0] = std::move(s0);
+        }
+    }
+    wire::request hello;
+    hello.code = wire::op::hello;
+    reply r = co_await call(0, hello, {}, {});
+    if (r.h.aux == 0 || r.h.aux > 1024) {
+        fail(client_errc::connection, "hello announced " + std::to_string(r.h.aux) + " shards");
+    }
+    if (r.h.aux != _shard_count || _shards.size() != _shard_count) {
+        // First use, a partial earlier attempt, or a server with another shard count: a new set.
+        _shard_count = r.h.aux;
+        for (size_t i = 1; i < _shards.size(); ++i) {
+            _shards[i]->c.close();
+        }
+        _shards.resize(1);
+        for (unsigned s = 1; s < _shard_count; ++s) {
+            _shards.push_back(co_await connect_shard(s));
+        }
+        co_return;
+    }
+    for (unsigned s = 1; s < _shard_count; ++s) {
+        if (_shards[s]->broken) {
+            auto fresh = co_await connect_shard(s);
+            _shards[s]->c.close();
+            _shards[s] = std::move(fresh);
+        }
+    }
+}
+
+void rdma_transport::check_deadlines() noexcept {
+    const auto now = lowres_clock::now();
+    for (auto& s : _shards) {
+        if (s->broken) {
+            continue;
+        }
+        bool late = false;
+        for (const auto& [id, p] : s->waiting) {
+            late = late || p.deadline <= now;
+        }
+        if (late) {
+            // The server did not answer in time: the connection is not trusted any more (a late
+            // reply would match nothing); the next request connects again.
+            ++_stats.timeouts;
+            fail_all(s.get(),
+                     std::make_exception_ptr(client_error(client_errc::connection, _index,
+                                                          name() + ": no reply within " +
+                                                              std::to_string(_opts.request_timeout.count()) +
+                                                              " ms; connection closed")));
+        }
+    }
+}
+
+client_error rdma_transport::broken_by(shard_conn& s, const std::exception& e) noexcept {
+    client_error err(client_errc::connection, _index, name() + ": " + e.what());
+    fail_all(&s, std::make_exception_ptr(err));
+    return err;
 }
 
 future<> rdma_transport::receive_loop(std::shared_ptr<shard_conn> s) {
@@ -139,6 +206,7 @@ future<> rdma_transport::receive_loop(std::shared_ptr<shard_conn> s) {
             }
             if (it->second.awaiting_grant) {
                 it->second.awaiting_grant = false;
+                it->second.deadline = deadline(); // now the WRITE and the commit
                 bool granted = r.h.code == wire::status::ok;
                 promise<reply> g = std::move(it->second.granted);
                 if (!granted) {
@@ -170,9 +238,8 @@ void rdma_transport::fail_all(shard_conn* s, std::exception_ptr ex) noexcept {
     for (auto& [id, p] : waiting) {
         if (p.awaiting_grant) {
             p.granted.set_exception(ex);
-        } else {
-            p.done.set_exception(ex);
         }
+        p.done.set_exception(ex);
     }
 }
 
@@ -202,6 +269,7 @@ future<rdma_transport::reply> rdma_transport::call(unsigned shard, const wire::r
         std::memcpy(b.get_write() + sizeof(q) + key.size(), value.data(), value.size());
     }
     pending& p = s.waiting[q.id];
+    p.deadline = deadline();
     if (granted) {
         p.awaiting_grant = true;
         granted->emplace(p.granted.get_future());
@@ -226,7 +294,15 @@ future<std::optional<fetched_value>> rdma_transport::read_location(std::string k
     std::shared_ptr<shard_conn> s = _shards[loc.shard];
     rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
     ++_stats.reads;
-    co_await s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
+    std::optional<client_error> failed;
+    try {
+        co_await s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
+    } catch (const std::exception& e) {
+        failed.emplace(broken_by(*s, e));
+    }
+    if (failed) {
+        throw *failed;
+    }
     record::view v;
     // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
     // by more than the one-way delay): an item past its exptime is not served from a READ.
@@ -368,19 +444,31 @@ future<store_outcome> rdma_transport::store(store_op op, std::string_view key_in
         q.code = wire::op::grant;
         ++_stats.granted_puts;
         std::optional<future<reply>> granted;
+        std::shared_ptr<shard_conn> s = _shards[shard]; // the grant's connection, even if replaced
         future<reply> done = call(shard, q, key, {}, &granted);
         if (!granted) {
             r = co_await std::move(done); // refused before sending
         } else {
-            reply g = co_await std::move(*granted);
-            if (g.h.code != wire::status::ok) {
+            reply g;
+            bool lost = false;
+            try {
+                g = co_await std::move(*granted);
+            } catch (...) {
+                lost = true; // the connection failed: `done` holds the same error
+            }
+            if (lost) {
+                r = co_await std::move(done);
+            } else if (g.h.code != wire::status::ok) {
                 done.ignore_ready_future();
                 r = std::move(g);
             } else {
-                std::shared_ptr<shard_conn> s = _shards[shard];
-                co_await s->commits.write_with_imm(rdma::span_of(b, 0, value_in.size()),
-                                                   rdma::remote_region{g.h.addr, g.h.rkey, g.h.len}, 0,
-                                                   g.h.token);
+                try {
+                    co_await s->commits.write_with_imm(rdma::span_of(b, 0, value_in.size()),
+                                                       rdma::remote_region{g.h.addr, g.h.rkey, g.h.len}, 0,
+                                                       g.h.token);
+                } catch (const std::exception& e) {
+                    broken_by(*s, e); // `done` fails with it
+                }
                 r = co_await std::move(done);
             }
         }
@@ -448,6 +536,7 @@ future<> rdma_transport::close() {
         co_await s->out->drained();
         s->c.close();
     }
+    _watchdog.cancel();
     if (_receivers) {
         _receivers_done.emplace();
         co_await _receivers_done->get_future();

@@ -1,6 +1,8 @@
 #pragma once
 
+#include "core/clock.hh"
 #include "core/future.hh"
+#include "core/timer.hh"
 #include "kv/client_transport.hh"
 #include "kv/rdma_client_options.hh"
 #include "kv/rdma_wire.hh"
@@ -19,15 +21,19 @@ namespace shoal::kv {
 
 /// Counters of one `rdma_transport` (tests, the benchmark).
 struct rdma_client_stats {
-    uint64_t direct_reads = 0;  ///< GETs served by a READ of a cached location (no server CPU)
-    uint64_t cache_misses = 0;  ///< cached locations that no longer validated
-    uint64_t control_gets = 0;  ///< GET control round trips
-    uint64_t inline_values = 0; ///< of which answered with the value inline
-    uint64_t reads = 0;         ///< RDMA READs of records
-    uint64_t invalid_reads = 0; ///< READs whose record did not validate (raced a change)
-    uint64_t inline_puts = 0;   ///< stores with the value inline
-    uint64_t granted_puts = 0;  ///< stores through grant → WRITE_WITH_IMM → commit
-    uint64_t connections = 0;   ///< RDMA connections made (one per server shard)
+    uint64_t direct_reads = 0;     ///< GETs served by a READ of a cached location (no server CPU)
+    uint64_t cache_misses = 0;     ///< cached locations that no longer validated
+    uint64_t control_gets = 0;     ///< GET control round trips
+    uint64_t inline_values = 0;    ///< of which answered with the value inline
+    uint64_t reads = 0;            ///< RDMA READs of records
+    uint64_t invalid_reads = 0;    ///< READs whose record did not validate (raced a change)
+    uint64_t inline_puts = 0;      ///< stores with the value inline
+    uint64_t granted_puts = 0;     ///< stores through grant → WRITE_WITH_IMM → commit
+    uint64_t connections = 0;      ///< RDMA connections made (one per server shard)
+    uint64_t connect_attempts = 0; ///< connection attempts (a set of shards, or one shard, each)
+    uint64_t connect_failures = 0; ///< of which failed
+    uint64_t backoff_refusals = 0; ///< requests failed at once during a reconnect back-off
+    uint64_t timeouts = 0;         ///< shard connections broken by the request timeout
 };
 
 namespace internal {
@@ -38,7 +44,9 @@ namespace internal {
 /// trip answered inline or with a location to READ; every READ is validated (kv/record.hh) and
 /// retried through the server when it raced a change. PUT: inline, or grant → one
 /// WRITE_WITH_IMM of the value from a registered buffer (the immediate is the commit token) →
-/// the server's reply. Requests are pipelined: any number in flight per connection.
+/// the server's reply. Requests are pipelined: any number in flight per connection. A request not
+/// answered within `request_timeout` breaks its shard connection; a broken shard connection is
+/// made again on the next request to it, with an exponential back-off after failed attempts.
 class rdma_transport final : public client_transport {
 public:
     /// A transport to the server whose shard 0 listens at `addr`, number `index` in the client's
@@ -60,6 +68,8 @@ public:
     void forget_locations() noexcept { _cache.clear(); }
     /// This transport's counters.
     const rdma_client_stats& stats() const noexcept { return _stats; }
+    /// The current reconnect back-off (0 after a successful connect).
+    std::chrono::milliseconds backoff() const noexcept { return _backoff; }
 
 private:
     struct location {
@@ -76,10 +86,22 @@ private:
         promise<reply> done;
         promise<reply> granted; ///< grant: the first reply (the slice)
         bool awaiting_grant = false;
+        lowres_clock::time_point deadline; ///< with a request timeout: when it fails
     };
     struct shard_conn;
 
     future<> connect_all();
+    /// Connects the whole set (first use: hello, then every shard) or the broken shards.
+    future<> reconnect();
+    /// Breaks every shard connection with a request past its deadline (the watchdog).
+    void check_deadlines() noexcept;
+    /// A new request's deadline (`time_point::max()` without a request timeout).
+    lowres_clock::time_point deadline() const noexcept {
+        return _opts.request_timeout.count() ? lowres_clock::now() + _opts.request_timeout
+                                             : lowres_clock::time_point::max();
+    }
+    /// `e` (a failed one-sided operation on `s`) as a `connection` error; `s` is broken.
+    client_error broken_by(shard_conn& s, const std::exception& e) noexcept;
     /// Before a command that changes `key`: open, connected, its cached location dropped.
     future<> prepare_write(const std::string& key);
     future<std::shared_ptr<shard_conn>> connect_shard(unsigned shard);
@@ -98,12 +120,16 @@ private:
     std::chrono::milliseconds _connect_timeout;
     rdma_client_options _opts;
     std::vector<std::shared_ptr<shard_conn>> _shards;  ///< shared with their receive loops
+    unsigned _shard_count = 0;                         ///< as the server's hello announced
     std::optional<std::vector<promise<>>> _connecting; ///< waiters while connecting
     std::unordered_map<std::string, location> _cache;
     uint32_t _next_id = 1;
     uint32_t _server_now = 0;                             ///< the server's clock in its last reply
     std::chrono::steady_clock::time_point _server_now_at; ///< when that reply came
     bool _closed = false;
+    std::chrono::milliseconds _backoff{0}; ///< the current reconnect back-off (0: none)
+    lowres_clock::time_point _retry_at;    ///< no connect attempt before this
+    timer<lowres_clock> _watchdog;         ///< checks deadlines (with a request timeout)
     unsigned _receivers = 0;
     std::optional<promise<>> _receivers_done;
     rdma_client_stats _stats;
