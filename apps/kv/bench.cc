@@ -4,6 +4,7 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/smp.hh"
+#include "kv/rdma_transport.hh"
 #include "net/tcp/tcp.hh"
 
 #include <algorithm>
@@ -81,9 +82,29 @@ struct client {
 /// One shard's part of a run.
 struct shard_part {
     uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
+    uint64_t direct_reads = 0, control_gets = 0;
     echo::histogram get_ns;
     echo::histogram set_ns;
+
+    /// One measured operation: a get (of `keys` keys, `hits` found) or a set.
+    void record(bool get, uint64_t found, bool error, unsigned keys, clock_type::duration took) {
+        uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count());
+        errors += error;
+        if (get) {
+            ++gets;
+            hits += found;
+            keys_asked += keys;
+            get_ns.record(ns);
+        } else {
+            ++sets;
+            set_ns.record(ns);
+        }
+    }
 };
+
+size_t pick_len(const kv_bench_options& o, std::mt19937_64& rng) {
+    return o.value_min + (o.value_max > o.value_min ? rng() % (o.value_max - o.value_min + 1) : 0);
+}
 
 void append_set(std::string& req, unsigned k, size_t len, const std::string& value) {
     req += fmt::format("set {} 0 0 {}\r\n", key_of(k), len);
@@ -100,9 +121,7 @@ future<> preload_range(net::socket_address addr, unsigned first, unsigned last, 
         req.clear();
         unsigned n = 0;
         for (; n < 64 && k < last; ++n, ++k) {
-            size_t len =
-                o.value_min + (o.value_max > o.value_min ? c.rng() % (o.value_max - o.value_min + 1) : 0);
-            append_set(req, k, len, value);
+            append_set(req, k, pick_len(o, c.rng), value);
         }
         co_await c.out.write(std::string_view(req));
         co_await c.out.flush();
@@ -133,9 +152,7 @@ future<> run_connection(net::socket_address addr, const kv_bench_options& o, uns
                 }
                 req += "\r\n";
             } else {
-                size_t len =
-                    o.value_min + (o.value_max > o.value_min ? c.rng() % (o.value_max - o.value_min + 1) : 0);
-                append_set(req, unsigned(c.rng() % o.keys), len, value);
+                append_set(req, unsigned(c.rng() % o.keys), pick_len(o, c.rng), value);
             }
         }
         auto t0 = clock_type::now();
@@ -147,20 +164,94 @@ future<> run_connection(net::socket_address addr, const kv_bench_options& o, uns
             if (t0 < start || t1 > end) {
                 continue;
             }
-            uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-            part.errors += r.error;
-            if (is_get[p]) {
-                ++part.gets;
-                part.hits += r.values;
-                part.keys_asked += o.multiget;
-                part.get_ns.record(ns);
-            } else {
-                ++part.sets;
-                part.set_ns.record(ns);
-            }
+            part.record(is_get[p], r.values, r.error, o.multiget, t1 - t0);
         }
     }
     co_await c.out.close();
+}
+
+kv::rdma_client_options rdma_options(const kv_bench_options& o) {
+    kv::rdma_client_options ro;
+    if (!o.location_cache) {
+        ro.location_cache = 0;
+    }
+    return ro;
+}
+
+/// Sets keys [first, last) over the native RDMA protocol, 64 in flight.
+future<> preload_range_rdma(net::socket_address addr, unsigned first, unsigned last,
+                            const kv_bench_options& o) {
+    kv::internal::rdma_transport t(addr, 0, std::chrono::seconds(10), rdma_options(o));
+    std::mt19937_64 rng(first);
+    std::string value(o.value_max, 'v');
+    std::exception_ptr failed;
+    for (unsigned k = first; k < last && !failed;) {
+        std::vector<future<kv::store_outcome>> batch;
+        for (unsigned n = 0; n < 64 && k < last; ++n, ++k) {
+            batch.push_back(t.store(kv::internal::store_op::set, key_of(k),
+                                    std::string_view(value).substr(0, pick_len(o, rng)), 0, 0, 0));
+        }
+        try {
+            co_await when_all_succeed(std::move(batch));
+        } catch (...) {
+            failed = std::current_exception();
+        }
+    }
+    co_await t.close();
+    if (failed) {
+        std::rethrow_exception(failed);
+    }
+}
+
+/// One of an RDMA connection's `pipeline` request streams: one request at a time.
+future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, uint64_t seed,
+                   clock_type::time_point start, clock_type::time_point end, shard_part& part) {
+    std::mt19937_64 rng(seed);
+    std::string value(o.value_max, 'v');
+    std::uniform_real_distribution<double> coin(0, 1);
+    while (clock_type::now() < end) {
+        bool get = coin(rng) < o.get_ratio;
+        uint64_t found = 0;
+        bool error = false;
+        auto t0 = clock_type::now();
+        try {
+            if (get && o.multiget == 1) {
+                found = (co_await t.get_one(key_of(unsigned(rng() % o.keys)))) ? 1 : 0;
+            } else if (get) {
+                std::vector<std::string> keys;
+                for (unsigned w = 0; w < o.multiget; ++w) {
+                    keys.push_back(key_of(unsigned(rng() % o.keys)));
+                }
+                for (const auto& v : co_await t.get(std::move(keys))) {
+                    found += v.has_value();
+                }
+            } else {
+                co_await t.store(kv::internal::store_op::set, key_of(unsigned(rng() % o.keys)),
+                                 std::string_view(value).substr(0, pick_len(o, rng)), 0, 0, 0);
+            }
+        } catch (const kv::client_error&) {
+            error = true;
+        }
+        auto t1 = clock_type::now();
+        if (t0 >= start && t1 <= end) {
+            part.record(get, found, error, o.multiget, t1 - t0);
+        }
+    }
+}
+
+/// One RDMA client (an rdma_transport: a connection per server shard) with `pipeline` requests
+/// in flight.
+future<> run_rdma_connection(net::socket_address addr, const kv_bench_options& o, unsigned id,
+                             clock_type::time_point start, clock_type::time_point end, shard_part& part) {
+    kv::internal::rdma_transport t(addr, 0, std::chrono::seconds(10), rdma_options(o));
+    std::vector<future<>> lanes;
+    for (unsigned p = 0; p < o.pipeline; ++p) {
+        lanes.push_back(rdma_lane(t, o, 0x5eed + uint64_t(id) * 1000 + p, start, end, part));
+    }
+    co_await when_all_succeed(std::move(lanes));
+    part.direct_reads += t.stats().direct_reads;
+    part.control_gets += t.stats().control_gets;
+    co_await t.close();
 }
 
 /// One shard's connections of a run. (A named coroutine, so its parameters live in its frame.)
@@ -169,7 +260,9 @@ future<shard_part> run_shard(const kv_target& t, const kv_bench_options& o, unsi
     shard_part part;
     std::vector<future<>> conns;
     for (unsigned id = s; id < o.connections; id += shards) {
-        conns.push_back(run_connection(t.address, o, id, start, end, part));
+        conns.push_back(o.transport == kv_transport::rdma
+                            ? run_rdma_connection(t.address, o, id, start, end, part)
+                            : run_connection(t.address, o, id, start, end, part));
     }
     co_await when_all_succeed(std::move(conns));
     co_return part;
@@ -196,6 +289,8 @@ future<kv_result> run_once(const kv_target& t, const kv_bench_options& o) {
         r.hits += p.hits;
         r.keys_asked += p.keys_asked;
         r.errors += p.errors;
+        r.direct_reads += p.direct_reads;
+        r.control_gets += p.control_gets;
         r.get_ns.merge(p.get_ns);
         r.set_ns.merge(p.set_ns);
     }
@@ -214,7 +309,10 @@ future<std::vector<kv_result>> run_kv_bench(kv_bench_options opts) {
             std::vector<future<>> loads;
             unsigned n = std::max(1u, std::min(8u, opts.keys / 1000 + 1));
             for (unsigned i = 0; i < n; ++i) {
-                loads.push_back(preload_range(t.address, opts.keys * i / n, opts.keys * (i + 1) / n, opts));
+                unsigned first = opts.keys * i / n, last = opts.keys * (i + 1) / n;
+                loads.push_back(opts.transport == kv_transport::rdma
+                                    ? preload_range_rdma(t.address, first, last, opts)
+                                    : preload_range(t.address, first, last, opts));
             }
             co_await when_all_succeed(std::move(loads));
         }
@@ -244,9 +342,12 @@ std::string us(uint64_t ns) {
 
 std::string format_kv_table(const std::vector<kv_result>& results, const kv_bench_options& o) {
     std::string s = fmt::format(
-        "keys {}, values {}{} B, {:.0f}% gets x{} keys, {} connections, pipeline {}, {:.1f} s\n\n", o.keys,
-        o.value_min, o.value_max != o.value_min ? fmt::format("-{}", o.value_max) : "", o.get_ratio * 100,
-        o.multiget, o.connections, o.pipeline, o.duration.count());
+        "{}keys {}, values {}{} B, {:.0f}% gets x{} keys, {} connections, pipeline {}, {:.1f} s\n\n",
+        o.transport == kv_transport::rdma
+            ? fmt::format("rdma{}, ", o.location_cache ? "" : " (no location cache)")
+            : std::string(),
+        o.keys, o.value_min, o.value_max != o.value_min ? fmt::format("-{}", o.value_max) : "",
+        o.get_ratio * 100, o.multiget, o.connections, o.pipeline, o.duration.count());
     s += "| target | op | count | QPS | P50 µs | P90 µs | P99 µs | P99.9 µs | hit % | server CPU µs/op |\n";
     s += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
     for (const auto& r : results) {
@@ -266,6 +367,10 @@ std::string format_kv_table(const std::vector<kv_result>& results, const kv_benc
                          cpu);
         if (r.errors) {
             s += fmt::format("\n{}: {} error replies\n", r.target, r.errors);
+        }
+        if (o.transport == kv_transport::rdma) {
+            s += fmt::format("\n{} (rdma): {} GETs by a cached location (one READ), {} by a request\n",
+                             r.target, r.direct_reads, r.control_gets);
         }
     }
     if (results.size() >= 2 && results[1].qps() > 0) {
@@ -293,9 +398,10 @@ std::string format_kv_json(const std::vector<kv_result>& results, const kv_bench
         };
         s += fmt::format(
             "    {{\"target\": \"{}\", \"qps\": {:.1f}, \"hits\": {}, \"keys_asked\": {}, \"errors\": {}, "
-            "\"server_cpu_us_per_op\": {:.3f}, \"get\": {}, \"set\": {}}}{}\n",
-            r.target, r.qps(), r.hits, r.keys_asked, r.errors, r.cpu_us_per_op(), op(r.get_ns, r.gets),
-            op(r.set_ns, r.sets), i + 1 < results.size() ? "," : "");
+            "\"server_cpu_us_per_op\": {:.3f}, \"direct_reads\": {}, \"control_gets\": {}, \"get\": {}, "
+            "\"set\": {}}}{}\n",
+            r.target, r.qps(), r.hits, r.keys_asked, r.errors, r.cpu_us_per_op(), r.direct_reads,
+            r.control_gets, op(r.get_ns, r.gets), op(r.set_ns, r.sets), i + 1 < results.size() ? "," : "");
     }
     s += "  ]\n}\n";
     return s;

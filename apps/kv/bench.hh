@@ -17,8 +17,16 @@ struct kv_target {
     int pid = 0; ///< when not 0, the server's CPU time is read from /proc around the run
 };
 
+/// How `shoal-kv-bench` talks to its targets.
+enum class kv_transport {
+    tcp,  ///< memcached's text protocol (any memcached server)
+    rdma, ///< shoal-kv's native RDMA protocol (kv::client's RDMA backend; target = --rdma-port)
+};
+
 /// One load: the same for every target.
 struct kv_bench_options {
+    kv_transport transport = kv_transport::tcp;
+    bool location_cache = true; ///< rdma: GETs of a known key READ its cached location
     std::vector<kv_target> targets;
     unsigned keys = 10000; ///< key space: key:00000000 ... (uniform)
     size_t value_min = 32; ///< value sizes, uniform in [min, max] (fixed when equal)
@@ -38,6 +46,7 @@ struct kv_result {
     std::string target;
     double seconds = 0;
     uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
+    uint64_t direct_reads = 0, control_gets = 0; ///< rdma: GETs by cached location / by request
     double server_cpu_seconds = -1;
     echo::histogram get_ns;
     echo::histogram set_ns;

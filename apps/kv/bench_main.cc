@@ -4,6 +4,8 @@
 //                  [--get-ratio 0.9] [--multiget 1] [--connections 16] [--pipeline 1]
 //                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
 //                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
+//                  [--transport tcp|rdma] [--no-location-cache]
+// With --transport rdma the port is shoal-kv's --rdma-port and the host its RDMA address.
 
 #include "apps/common/metrics.hh"
 #include "apps/common/svg_chart.hh"
@@ -11,6 +13,7 @@
 #include "core/app.hh"
 #include "core/coroutine.hh"
 #include "core/log.hh"
+#include "net/rdma/rdma.hh"
 
 #include <cstdio>
 #include <fstream>
@@ -40,6 +43,12 @@ double number_of(const app& a, const std::string& name, double lo, double hi) {
 
 kv_bench_options options_from(const app& a) {
     kv_bench_options o;
+    if (a.get("transport") == "rdma") {
+        o.transport = kv_transport::rdma;
+    } else if (a.get("transport") != "tcp") {
+        throw std::invalid_argument("--transport '" + a.get("transport") + "': tcp or rdma");
+    }
+    o.location_cache = !a.has("no-location-cache");
     o.keys = unsigned(a.get_size("keys"));
     std::string vs = a.get("value-size");
     if (auto dash = vs.find('-'); dash != std::string::npos) {
@@ -133,6 +142,8 @@ int main(int argc, char** argv) {
     a.add_option("svg", "also write a chart to this file");
     a.add_flag("json", "print JSON instead of the table");
     a.add_flag("no-preload", "do not set every key before measuring");
+    a.add_option("transport", "tcp (memcached text protocol) or rdma (shoal-kv's --rdma-port)", "tcp");
+    a.add_flag("no-location-cache", "rdma: every GET asks the server (no direct READ of a cached location)");
     apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
@@ -147,7 +158,22 @@ int main(int argc, char** argv) {
     try {
         return run_shards(a.engine_options(), [&]() -> future<int> {
             return apps::with_metrics(a, [&]() -> future<int> {
-                auto results = co_await run_kv_bench(o);
+                if (o.transport == kv_transport::rdma) {
+                    co_await net::rdma::start();
+                }
+                std::exception_ptr failed;
+                std::vector<kv_result> results;
+                try {
+                    results = co_await run_kv_bench(o);
+                } catch (...) {
+                    failed = std::current_exception();
+                }
+                if (o.transport == kv_transport::rdma) {
+                    co_await net::rdma::stop();
+                }
+                if (failed) {
+                    std::rethrow_exception(failed);
+                }
                 if (a.has("json")) {
                     fmt::print("{}", format_kv_json(results, o));
                 } else {
