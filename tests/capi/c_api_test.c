@@ -483,7 +483,7 @@ static int ring_right(const void* data, size_t n, int i) {
     return 1;
 }
 
-enum { ring_messages = 1500, async_tail = 100 };
+enum { ring_messages = 500, async_tail = 60 };
 
 struct ring_sender {
     shoal_ring_producer* p;
@@ -796,8 +796,20 @@ static void test_pool(shoal_runtime* rt, const char* server, const char* server_
     }
     shoal_lease_destroy(b);
 
-    /* Stop with a pool and buffers open: they are closed and emptied, nothing crashes. */
+    /* Stop with a pool, buffers and a ring consumer open: they are closed and emptied, calls
+     * on them are SHOAL_ECLOSED, nothing crashes. */
+    char any[64];
+    snprintf(any, sizeof any, "%s:0", rdma_ip);
+    shoal_ring_consumer* late = NULL;
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, any, 4096, &late), SHOAL_OK);
     CHECK_RC(shoal_runtime_stop(rt), SHOAL_OK);
+    if (late) {
+        size_t n = 0;
+        CHECK_RC(shoal_ring_receive(late, back, 64, &n, 0), SHOAL_ECLOSED);
+        CHECK_RC(shoal_ring_receive_async(late, on_last, NULL), SHOAL_ECLOSED);
+        CHECK_RC(shoal_ring_consumer_close(late), SHOAL_OK);
+        shoal_ring_consumer_destroy(late);
+    }
     CHECK(shoal_buffer_data(src) == NULL && shoal_buffer_size(src) == 0);
     CHECK_RC(shoal_pool_lease(pool, 64, &x), SHOAL_ECLOSED);
     CHECK_RC(shoal_buffer_alloc(rt, 0, 64, &elsewhere), SHOAL_ECLOSED);
@@ -911,6 +923,7 @@ int main(void) {
     shoal_kv_destroy(kv);
     shoal_runtime_destroy(rt);
 
+    lap("close, stop, restart");
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

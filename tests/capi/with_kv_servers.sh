@@ -59,5 +59,5 @@ else
     export SHOAL_DEAD_SERVER="127.0.0.1:$(free_port)"
 fi
 status=0
-timeout 120 "$@" || status=$?
+timeout 240 "$@" || status=$?
 exit "$status"
