@@ -27,4 +27,5 @@ done
 grep -q "listening on" "$work/pool.log" || { echo "the pool server did not start"; cat "$work/pool.log"; exit 1; }
 export SHOAL_POOL_SERVER=$(sed -n 's/^listening on //p' "$work/pool.log")
 export SHOAL_POOL_SERVER_PID=$pid
+echo "with_pool_server: up after $SECONDS s" >&2
 "$@"
