@@ -1,7 +1,9 @@
 // shoal_kv_*: kv::client behind the C ABI. The client lives on one shard; every call is handed
 // to that shard and, for the blocking forms, waited for on the caller's thread.
 
+#include "capi/async.hh"
 #include "capi/runtime.hh"
+#include "capi/shard_handle.hh"
 #include "capi/status.hh"
 #include "kv/client.hh"
 #include "kv/server_list.hh"
@@ -19,15 +21,9 @@ namespace {
 
 /// A client and the shard it lives on. `client` is touched only on that shard; it is null once
 /// closed, so a call queued behind the close fails instead of using a destroyed client.
-class kv_state final : public closable {
+class kv_state final : public shard_handle {
 public:
-    kv_state(std::shared_ptr<runtime_state> rt, unsigned shard)
-        : _rt(std::move(rt))
-        , _shard(shard) {}
-
-    runtime_state& runtime() noexcept { return *_rt; }
-    unsigned shard() const noexcept { return _shard; }
-    bool closed() const noexcept { return _closed.load(std::memory_order_acquire); }
+    using shard_handle::shard_handle;
 
     /// On the shard: the client, or a client_error when closed.
     kv::client& client() {
@@ -45,34 +41,22 @@ public:
         f.get();
     }
 
-    void close() noexcept override {
-        if (_closed.exchange(true)) {
-            return;
+private:
+    future<> close_on_shard() noexcept override {
+        if (!_client) {
+            return make_ready_future<>();
         }
-        auto f = _rt->engine().submit(_shard, [this]() -> future<> {
-            if (!_client) {
-                return make_ready_future<>();
-            }
-            return _client->close().then_wrapped([this](future<> done) {
-                done.ignore_ready_future();
-                _client.reset();
-            });
+        return _client->close().then_wrapped([this](future<> done) {
+            done.ignore_ready_future();
+            _client.reset();
         });
-        try {
-            f.get();
-        } catch (...) {
-            // The engine stopped first: it destroyed nothing of ours; the client dies with it
-            // unclosed, which only frees memory.
-            (void)_client.release();
-        }
-        _rt->forget(this);
     }
 
-private:
-    std::shared_ptr<runtime_state> _rt;
-    unsigned _shard;
+    // The engine stopped first: it destroyed nothing of ours; the client dies with it unclosed,
+    // which only frees memory.
+    void abandon() noexcept override { (void)_client.release(); }
+
     std::unique_ptr<kv::client> _client;
-    std::atomic<bool> _closed{false};
 };
 
 /// The handle `kv`, checked: a status other than SHOAL_OK when it cannot take a call.
@@ -88,16 +72,7 @@ struct shoal_kv {
 namespace {
 
 int check(shoal_kv* kv, const char* what, bool blocking) {
-    if (!kv) {
-        return fail(SHOAL_EINVAL, std::string(what) + ": NULL client");
-    }
-    if (kv->state->closed()) {
-        return fail(SHOAL_ECLOSED, std::string(what) + ": the KV client is closed");
-    }
-    if (blocking) {
-        check_blocking_allowed();
-    }
-    return SHOAL_OK;
+    return check_handle(kv ? kv->state.get() : nullptr, what, "KV client", blocking);
 }
 
 int check_key(const char* key, size_t key_size, const char* what) {
@@ -149,13 +124,8 @@ int store(shoal_kv* kv, bool add, const char* key, size_t key_size, const void* 
     });
 }
 
-/// What an _async call's work yields on the shard: a status, the error text when it is not
-/// SHOAL_OK, and the value of a get.
-struct async_outcome {
-    int status = SHOAL_OK;
-    std::string error;
-    kv::fetched_value value;
-};
+/// What an _async call's work yields on the shard (a get's value).
+using async_outcome = async_result<kv::fetched_value>;
 
 /// Hands `fn` (returning a future<async_outcome>) to `kv`'s shard and reports its outcome to
 /// `report(status, error text or NULL, outcome or NULL)` there.
@@ -165,31 +135,7 @@ int start_async(shoal_kv* kv, const char* what, Fn fn, Report report) {
         if (int rc = check(kv, what, false); rc != SHOAL_OK) {
             return rc;
         }
-        auto st = kv->state;
-        auto queued = st->runtime().engine().submit(
-            st->shard(), [st, fn = std::move(fn), report = std::move(report)]() mutable {
-                return futurize_invoke([&] { return fn(*st); })
-                    .then_wrapped([report = std::move(report)](auto f) mutable {
-                        if (f.failed()) {
-                            auto failure = classify(f.get_exception());
-                            report(failure.status, failure.text.c_str(), nullptr);
-                        } else {
-                            async_outcome result = f.get();
-                            report(result.status, result.status == SHOAL_OK ? nullptr : result.error.c_str(),
-                                   &result);
-                        }
-                    });
-            });
-        // Refused before it ran (the runtime stopped meanwhile): the callback will not run.
-        if (queued.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-            try {
-                queued.get();
-            } catch (const alien::engine_stopped& e) {
-                return fail(SHOAL_ECLOSED, std::string(what) + ": " + e.what());
-            } catch (...) {
-            }
-        }
-        return int(SHOAL_OK);
+        return capi::start_async(kv->state, what, std::move(fn), std::move(report));
     });
 }
 
@@ -204,18 +150,11 @@ int shoal_kv_open(shoal_runtime* rt, const char* servers, unsigned shard, unsign
             return fail(SHOAL_EINVAL, "shoal_kv_open: out is NULL");
         }
         *out = nullptr;
-        if (!rt) {
-            return fail(SHOAL_EINVAL, "shoal_kv_open: NULL runtime");
+        if (int rc = check_shard(rt, shard, "shoal_kv_open"); rc != SHOAL_OK) {
+            return rc;
         }
         if (!servers) {
             return fail(SHOAL_EINVAL, "shoal_kv_open: NULL server list");
-        }
-        if (!rt->state->engine().running()) {
-            return fail(SHOAL_ECLOSED, "shoal_kv_open: the runtime is stopped");
-        }
-        if (shard >= rt->state->engine().shards()) {
-            return fail(SHOAL_EINVAL, "shoal_kv_open: no shard " + std::to_string(shard) +
-                                          " in a runtime of " + std::to_string(rt->state->engine().shards()));
         }
         check_blocking_allowed();
         kv::client_config cfg;
@@ -226,9 +165,8 @@ int shoal_kv_open(shoal_runtime* rt, const char* servers, unsigned shard, unsign
         }
         auto st = std::make_shared<kv_state>(rt->state, shard);
         st->open(std::move(cfg));
-        if (!rt->state->track(st)) {
-            st->close();
-            return fail(SHOAL_ECLOSED, "shoal_kv_open: the runtime is stopping");
+        if (int rc = track_opened(*rt->state, st, "shoal_kv_open"); rc != SHOAL_OK) {
+            return rc;
         }
         *out = new shoal_kv{std::move(st)};
         return int(SHOAL_OK);
@@ -236,26 +174,14 @@ int shoal_kv_open(shoal_runtime* rt, const char* servers, unsigned shard, unsign
 }
 
 int shoal_kv_close(shoal_kv* kv) {
-    return guarded([&] {
-        if (!kv) {
-            return fail(SHOAL_EINVAL, "shoal_kv_close: NULL client");
-        }
-        if (!kv->state->closed()) {
-            check_blocking_allowed();
-        }
-        kv->state->close();
-        return int(SHOAL_OK);
-    });
+    return close_handle(kv ? kv->state.get() : nullptr, "shoal_kv_close", "KV client");
 }
 
 void shoal_kv_destroy(shoal_kv* kv) {
-    if (!kv) {
-        return;
+    if (kv) {
+        close_for_destroy(*kv->state);
+        delete kv;
     }
-    if (!alien::on_engine_thread()) {
-        kv->state->close();
-    }
-    delete kv;
 }
 
 int shoal_kv_set(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,

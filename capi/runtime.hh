@@ -30,6 +30,8 @@ public:
 
     /// The engine (its `submit`/`post` refuse work once stopped).
     alien::engine& engine() noexcept { return _engine; }
+    /// True when RDMA was started on every shard.
+    bool rdma() const noexcept { return _rdma; }
     /// Tracks `c` until `forget(c)`; false when the runtime is stopping (`c` is not tracked).
     bool track(std::weak_ptr<closable> c);
     /// Stops tracking `c`.

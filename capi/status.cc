@@ -4,6 +4,7 @@
 #include "core/future_util.hh"
 #include "kv/client_types.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/remote_pool.hh"
 #include "shoal/shoal_c.h"
 
 #include <cstdlib>
@@ -28,8 +29,28 @@ failure classify(std::exception_ptr ep) noexcept {
             return {SHOAL_ESERVER, e.what()};
         }
         return {SHOAL_EINTERNAL, e.what()};
+    } catch (const closed_error& e) {
+        return {SHOAL_ECLOSED, e.what()};
+    } catch (const net::rdma::remote_pool_error& e) {
+        switch (e.why()) {
+        case net::rdma::remote_pool_error::reason::quota:
+            return {SHOAL_EQUOTA, e.what()};
+        case net::rdma::remote_pool_error::reason::watermark:
+            return {SHOAL_EWATERMARK, e.what()};
+        case net::rdma::remote_pool_error::reason::bad_request:
+            return {SHOAL_EINVAL, e.what()};
+        case net::rdma::remote_pool_error::reason::unknown_lease:
+            return {SHOAL_ENOTFOUND, e.what()};
+        case net::rdma::remote_pool_error::reason::no_memory:
+            return {SHOAL_ESERVER, e.what()};
+        }
+        return {SHOAL_ESERVER, e.what()};
     } catch (const net::rdma::connection_error& e) {
         return {SHOAL_ECONNECTION, e.what()};
+    } catch (const net::rdma::connection_closed& e) {
+        return {SHOAL_ECONNECTION, e.what()};
+    } catch (const net::rdma::pool_exhausted& e) {
+        return {SHOAL_ENOMEM, e.what()};
     } catch (const net::rdma::rdma_error& e) {
         return {SHOAL_EUNAVAILABLE, e.what()};
     } catch (const alien::engine_stopped& e) {
@@ -98,6 +119,10 @@ const char* shoal_status_name(int status) {
         return "SHOAL_EINTERNAL";
     case SHOAL_EUNAVAILABLE:
         return "SHOAL_EUNAVAILABLE";
+    case SHOAL_EQUOTA:
+        return "SHOAL_EQUOTA";
+    case SHOAL_EWATERMARK:
+        return "SHOAL_EWATERMARK";
     }
     return "SHOAL_UNKNOWN";
 }

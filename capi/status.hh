@@ -3,6 +3,7 @@
 // How C++ failures become shoal_status codes and the calling thread's last-error text.
 
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 namespace shoal::capi {
@@ -11,6 +12,12 @@ namespace shoal::capi {
 struct failure {
     int status;       ///< a shoal_status
     std::string text; ///< what went wrong
+};
+
+/// Thrown on a shard when a handle was closed while a call on it waited (SHOAL_ECLOSED).
+class closed_error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
 };
 
 /// The status and text of the exception `ep` holds.

@@ -5,14 +5,31 @@
 #define _GNU_SOURCE
 #include "shoal/shoal_c.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static int passed, failed;
+
+/* Prints how long the step named `what` took since the previous call (guest runs are slow:
+ * this tells where the time goes). */
+static void lap(const char* what) {
+    static struct timespec last;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (last.tv_sec) {
+        fprintf(stderr, "  %-28s %6.2f s\n", what,
+                (double)(now.tv_sec - last.tv_sec) + (double)(now.tv_nsec - last.tv_nsec) / 1e9);
+    }
+    last = now;
+}
 
 #define CHECK(cond)                                                                                          \
     do {                                                                                                     \
@@ -182,14 +199,20 @@ static void on_set(void* user, int status, const char* error) {
     note_done(w, status == SHOAL_OK && error == NULL);
 }
 
-static void on_get(void* user, int status, const void* value, size_t size, uint32_t flags, const char* error) {
+static void on_set_done(void* user, int status, const char* error) {
+    note_done(user, status == SHOAL_OK && error == NULL);
+}
+
+static void on_get(void* user, int status, const void* value, size_t size, uint32_t flags,
+                   const char* error) {
     (void)error;
     struct waiter* w = user;
     int ok = status == SHOAL_OK && size == 8 && memcmp(value, "async-v", 7) == 0 && flags == 7;
     note_done(w, ok);
 }
 
-static void on_missing(void* user, int status, const void* value, size_t size, uint32_t flags, const char* error) {
+static void on_missing(void* user, int status, const void* value, size_t size, uint32_t flags,
+                       const char* error) {
     (void)value;
     (void)size;
     (void)flags;
@@ -273,6 +296,80 @@ static void test_threads(shoal_kv* kv) {
     }
 }
 
+/* The server's curr_connections (memcached "stats" over a TCP connection of our own, which
+ * counts itself); -1 when it cannot be read. `server` is "127.0.0.1:PORT". */
+static int server_connections(const char* server) {
+    const char* colon = strrchr(server, ':');
+    if (!colon) {
+        return -1;
+    }
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr*)&sa, sizeof sa) != 0 || write(fd, "stats\r\n", 7) != 7) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    char reply[16384];
+    size_t got = 0;
+    while (got + 1 < sizeof reply) {
+        ssize_t n = read(fd, reply + got, sizeof reply - 1 - got);
+        if (n <= 0) {
+            break;
+        }
+        got += (size_t)n;
+        reply[got] = 0;
+        if (strstr(reply, "END\r\n")) {
+            break;
+        }
+    }
+    close(fd);
+    reply[got] = 0;
+    const char* at = strstr(reply, "STAT curr_connections ");
+    return at ? atoi(at + strlen("STAT curr_connections ")) : -1;
+}
+
+struct destroyer {
+    struct waiter w;
+    shoal_kv* kv;
+};
+
+static void destroy_in_callback(void* user, int status, const char* error) {
+    (void)error;
+    struct destroyer* d = user;
+    shoal_kv_destroy(d->kv); /* on the shard thread: its close must still happen */
+    note_done(&d->w, status == SHOAL_OK);
+}
+
+/* Destroying a client inside its own callback closes its connection (it used to be skipped,
+ * leaving the connection open on the server). TCP servers only (their stats are read here). */
+static void test_destroy_in_callback(shoal_runtime* rt) {
+    char first[64];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(servers, ","), servers);
+    int before = server_connections(first);
+    CHECK(before > 0);
+    struct destroyer d = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL}, NULL};
+    CHECK_RC(shoal_kv_open(rt, first, 0, 5000, &d.kv), SHOAL_OK);
+    CHECK_RC(shoal_kv_set(d.kv, "destroy-me", 10, "v", 1, 0, 0), SHOAL_OK);
+    CHECK(server_connections(first) == before + 1);
+    CHECK_RC(shoal_kv_set_async(d.kv, "destroy-me", 10, "w", 1, 0, 0, destroy_in_callback, &d), SHOAL_OK);
+    CHECK(wait_for(&d.w, 1) && d.w.ok == 1);
+    int now = -1;
+    for (int i = 0; i < 500; ++i) { /* the close runs after the callback returned */
+        now = server_connections(first);
+        if (now == before) {
+            break;
+        }
+        usleep(10000);
+    }
+    CHECK(now == before);
+}
+
 static void test_dead_server(shoal_runtime* rt) {
     shoal_kv* kv = NULL;
     CHECK_RC(shoal_kv_open(rt, dead_server, 0, 2000, &kv), SHOAL_OK);
@@ -298,6 +395,460 @@ static void test_bad_open(shoal_runtime* rt) {
     CHECK_RC(shoal_kv_open(rt, NULL, 0, 0, &kv), SHOAL_EINVAL);
 }
 
+/* ---- registered buffers, the ring channel and the remote pool ---------------------------- */
+
+/* Without RDMA in the runtime, every RDMA handle is refused with SHOAL_EUNAVAILABLE; NULL
+ * handles are SHOAL_EINVAL everywhere, and nothing crashes. */
+static void test_rdma_calls_without_rdma(void) {
+    shoal_runtime_options opts;
+    shoal_runtime_options_init(&opts);
+    shoal_runtime* rt = NULL;
+    CHECK_RC(shoal_runtime_start(&opts, &rt), SHOAL_OK);
+    shoal_buffer* buf = (shoal_buffer*)1;
+    CHECK_RC(shoal_buffer_alloc(rt, 0, 64, &buf), SHOAL_EUNAVAILABLE);
+    CHECK(buf == NULL && strstr(shoal_last_error(), "without rdma") != NULL);
+    shoal_ring_consumer* c = (shoal_ring_consumer*)1;
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, "10.0.0.1:0", 4096, &c), SHOAL_EUNAVAILABLE);
+    CHECK(c == NULL);
+    unsigned char desc[SHOAL_RING_DESCRIPTOR_SIZE] = {0};
+    shoal_ring_producer* p = (shoal_ring_producer*)1;
+    CHECK_RC(shoal_ring_producer_open(rt, 0, "10.0.0.1:1", desc, sizeof desc, 100, &p), SHOAL_EUNAVAILABLE);
+    CHECK(p == NULL);
+    shoal_pool* pool = (shoal_pool*)1;
+    CHECK_RC(shoal_pool_connect(rt, 0, "10.0.0.1:1", 100, &pool), SHOAL_EUNAVAILABLE);
+    CHECK(pool == NULL);
+    CHECK_RC(shoal_buffer_alloc(NULL, 0, 64, &buf), SHOAL_EINVAL);
+    CHECK_RC(shoal_buffer_alloc(rt, 7, 64, &buf), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, "10.0.0.1:0", 4096, NULL), SHOAL_EINVAL);
+    shoal_runtime_destroy(rt);
+
+    /* NULL handles. */
+    char out[8];
+    size_t size = 0;
+    const void* view = NULL;
+    CHECK(shoal_buffer_data(NULL) == NULL && shoal_buffer_size(NULL) == 0);
+    shoal_buffer_free(NULL);
+    CHECK_RC(shoal_ring_receive(NULL, out, sizeof out, &size, 0), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_receive_view(NULL, &view, &size, 0), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_release(NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_receive_async(NULL, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_consumer_descriptor(NULL, desc, sizeof desc, &size), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_consumer_address(NULL, out, sizeof out), SHOAL_EINVAL);
+    CHECK(shoal_ring_consumer_max_message(NULL) == 0 && shoal_ring_producer_max_message(NULL) == 0);
+    CHECK_RC(shoal_ring_consumer_close(NULL), SHOAL_EINVAL);
+    shoal_ring_consumer_destroy(NULL);
+    CHECK_RC(shoal_ring_send(NULL, "x", 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_buffer(NULL, NULL, 0, 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_async(NULL, "x", 1, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_buffer_async(NULL, NULL, 0, 1, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_producer_close(NULL), SHOAL_EINVAL);
+    shoal_ring_producer_destroy(NULL);
+    shoal_lease* lease = (shoal_lease*)1;
+    CHECK_RC(shoal_pool_lease(NULL, 64, &lease), SHOAL_EINVAL);
+    CHECK(lease == NULL);
+    CHECK_RC(shoal_pool_close(NULL), SHOAL_EINVAL);
+    shoal_pool_destroy(NULL);
+    CHECK(shoal_lease_size(NULL) == 0);
+    CHECK_RC(shoal_lease_write(NULL, 0, "x", 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_read(NULL, 0, out, 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_write_buffer(NULL, 0, NULL, 0, 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_read_buffer(NULL, 0, NULL, 0, 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_release(NULL), SHOAL_EINVAL);
+    shoal_lease_destroy(NULL);
+    CHECK(strcmp(shoal_status_name(SHOAL_EQUOTA), "SHOAL_EQUOTA") == 0);
+    CHECK(strcmp(shoal_status_name(SHOAL_EWATERMARK), "SHOAL_EWATERMARK") == 0);
+}
+
+static const char* rdma_ip; /* SHOAL_RDMA_IP: the device's address */
+
+/* Message i of the ring tests: ring_size(i) bytes, byte k = (i * 7 + k) & 0xff. */
+static size_t ring_size(int i) {
+    return i % 50 == 0 ? 3000 : (size_t)(1 + (i * 2654435761u) % 700);
+}
+static void ring_fill(char* p, int i, size_t n) {
+    for (size_t k = 0; k < n; ++k) {
+        p[k] = (char)((i * 7 + (int)k) & 0xff);
+    }
+}
+static int ring_right(const void* data, size_t n, int i) {
+    const unsigned char* p = data;
+    if (n != ring_size(i)) {
+        return 0;
+    }
+    for (size_t k = 0; k < n; ++k) {
+        if (p[k] != (unsigned char)((i * 7 + (int)k) & 0xff)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+enum { ring_messages = 500, async_tail = 60 };
+
+struct ring_sender {
+    shoal_ring_producer* p;
+    shoal_buffer* buf; /* of the producer's shard */
+    struct waiter w;
+    int sent;
+};
+
+/* Sends every message, a third each copying, from a registered buffer, and without waiting. */
+static void* send_all(void* arg) {
+    struct ring_sender* s = arg;
+    char msg[4096];
+    for (int i = 0; i < ring_messages + async_tail; ++i) {
+        size_t n = ring_size(i);
+        int rc;
+        if (i % 3 == 0) {
+            ring_fill(msg, i, n);
+            rc = shoal_ring_send(s->p, msg, n);
+        } else if (i % 3 == 1) {
+            ring_fill(shoal_buffer_data(s->buf), i, n);
+            rc = shoal_ring_send_buffer(s->p, s->buf, 0, n);
+        } else {
+            ring_fill(msg, i, n);
+            rc = shoal_ring_send_async(s->p, msg, n, on_set_done, &s->w);
+        }
+        s->sent += rc == SHOAL_OK;
+    }
+    return NULL;
+}
+
+/* The async receive chain: each callback checks its message and asks for the next one. */
+struct ring_receiver {
+    shoal_ring_consumer* c;
+    struct waiter w;
+    int next, right;
+};
+
+static void on_ring_message(void* user, int status, const void* data, size_t size, const char* error) {
+    (void)error;
+    struct ring_receiver* r = user;
+    int ok = status == SHOAL_OK && ring_right(data, size, r->next);
+    r->right += ok;
+    r->next++;
+    if (r->next < ring_messages + async_tail && status == SHOAL_OK) {
+        /* From the shard thread: the callback form is allowed, and chains. */
+        if (shoal_ring_receive_async(r->c, on_ring_message, r) != SHOAL_OK) {
+            note_done(&r->w, 0);
+            return;
+        }
+    }
+    note_done(&r->w, ok);
+}
+
+static void on_last(void* user, int status, const void* data, size_t size, const char* error) {
+    (void)error;
+    note_done(user, status == SHOAL_OK && size == 4 && memcmp(data, "last", 4) == 0);
+}
+
+static void test_ring(shoal_runtime* rt) {
+    char addr[64], other_addr[64];
+    snprintf(addr, sizeof addr, "%s:0", rdma_ip);
+    shoal_ring_consumer* c = NULL;
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, addr, 1000, &c), SHOAL_EINVAL); /* not a power of two */
+    CHECK(strstr(shoal_last_error(), "power of two") != NULL);
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, "nowhere:0", 4096, &c), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, addr, 4096, &c), SHOAL_OK);
+    if (!c) {
+        return;
+    }
+    CHECK(shoal_ring_consumer_max_message(c) == 4088);
+    char where[64];
+    CHECK_RC(shoal_ring_consumer_address(c, where, 4), SHOAL_ETOOSMALL);
+    CHECK_RC(shoal_ring_consumer_address(c, where, sizeof where), SHOAL_OK);
+    CHECK(strncmp(where, rdma_ip, strlen(rdma_ip)) == 0 && strcmp(where + strlen(rdma_ip), ":0") != 0);
+    unsigned char desc[64];
+    size_t desc_size = 0;
+    CHECK_RC(shoal_ring_consumer_descriptor(c, desc, 8, &desc_size), SHOAL_ETOOSMALL);
+    CHECK(desc_size == SHOAL_RING_DESCRIPTOR_SIZE);
+    CHECK_RC(shoal_ring_consumer_descriptor(c, desc, sizeof desc, &desc_size), SHOAL_OK);
+
+    /* Nothing sent yet: a receive times out. */
+    char out[4096];
+    size_t size = 0;
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 50), SHOAL_ETIMEDOUT);
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 0), SHOAL_ETIMEDOUT);
+
+    /* Descriptor garbage, and a ring that cannot be read (a wrong rkey, against another
+     * consumer so this one's producer is not disturbed), and nobody listening. */
+    shoal_ring_producer* p = (shoal_ring_producer*)1;
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, 31, 2000, &p), SHOAL_EINVAL);
+    CHECK(p == NULL);
+    unsigned char bad[SHOAL_RING_DESCRIPTOR_SIZE];
+    memcpy(bad, desc, sizeof bad);
+    bad[0] ^= 1;
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, bad, sizeof bad, 2000, &p), SHOAL_EINVAL);
+    memcpy(bad, desc, sizeof bad);
+    bad[24] ^= 0x40; /* a length that is no ring */
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, bad, sizeof bad, 2000, &p), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, NULL, sizeof bad, 2000, &p), SHOAL_EINVAL);
+    shoal_ring_consumer* other = NULL;
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, addr, 4096, &other), SHOAL_OK);
+    if (other) {
+        unsigned char odesc[SHOAL_RING_DESCRIPTOR_SIZE];
+        CHECK_RC(shoal_ring_consumer_descriptor(other, odesc, sizeof odesc, NULL), SHOAL_OK);
+        CHECK_RC(shoal_ring_consumer_address(other, other_addr, sizeof other_addr), SHOAL_OK);
+        odesc[16] ^= 0x55; /* the rkey */
+        CHECK_RC(shoal_ring_producer_open(rt, 1, other_addr, odesc, sizeof odesc, 2000, &p),
+                 SHOAL_ECONNECTION);
+        CHECK(p == NULL);
+        shoal_ring_consumer_destroy(other);
+        /* Its address now has nobody listening. */
+        CHECK_RC(shoal_ring_producer_open(rt, 1, other_addr, desc, desc_size, 2000, &p), SHOAL_ECONNECTION);
+    }
+
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, 5000, &p), SHOAL_OK);
+    if (!p) {
+        shoal_ring_consumer_destroy(c);
+        return;
+    }
+    CHECK(shoal_ring_producer_max_message(p) == 4088);
+    CHECK_RC(shoal_ring_send(p, out, 4089), SHOAL_EINVAL);
+    CHECK(strstr(shoal_last_error(), "exceeds") != NULL);
+    shoal_buffer* wrong_shard = NULL;
+    CHECK_RC(shoal_buffer_alloc(rt, 0, 64, &wrong_shard), SHOAL_OK);
+    CHECK_RC(shoal_ring_send_buffer(p, wrong_shard, 0, 8), SHOAL_EINVAL);
+    CHECK(strstr(shoal_last_error(), "shard") != NULL);
+    shoal_buffer_free(wrong_shard);
+
+    /* A sender thread against the receiving main thread: every message arrives, in order,
+     * intact, through a 4 KiB ring that wraps and fills many times. */
+    struct ring_sender s = {
+        p, NULL, {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL}, 0};
+    CHECK_RC(shoal_buffer_alloc(rt, 1, 4096, &s.buf), SHOAL_OK);
+    CHECK_RC(shoal_ring_send_buffer(p, s.buf, 4000, 200), SHOAL_EINVAL); /* past its end */
+    pthread_t sender;
+    pthread_create(&sender, NULL, send_all, &s);
+    int right = 0, too_small = 0;
+    for (int i = 0; i < ring_messages; ++i) {
+        size_t n = 0;
+        if (i % 2 == 0) {
+            if (i % 10 == 0) { /* too small: the size comes back and the message stays next */
+                too_small += shoal_ring_receive(c, out, 1, &n, 10000) == SHOAL_ETOOSMALL && n == ring_size(i);
+            }
+            int rc = shoal_ring_receive(c, out, sizeof out, &n, 10000);
+            right += rc == SHOAL_OK && ring_right(out, n, i);
+        } else {
+            const void* view = NULL;
+            int rc = shoal_ring_receive_view(c, &view, &n, 10000);
+            right += rc == SHOAL_OK && ring_right(view, n, i);
+            if (i % 4 == 1) {
+                CHECK_RC(shoal_ring_release(c), SHOAL_OK); /* else the next receive releases it */
+            }
+        }
+    }
+    CHECK(right == ring_messages);
+    CHECK(too_small == ring_messages / 10);
+    /* The rest through the callback chain. */
+    struct ring_receiver r = {
+        c, {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL}, ring_messages, 0};
+    CHECK_RC(shoal_ring_receive_async(c, on_ring_message, &r), SHOAL_OK);
+    CHECK(wait_for(&r.w, async_tail));
+    CHECK(r.right == async_tail);
+    pthread_join(sender, NULL);
+    CHECK(s.sent == ring_messages + async_tail);
+    CHECK(wait_for(&s.w, (ring_messages + async_tail) / 3));
+    CHECK(s.w.ok == s.w.done);
+
+    /* One receive at a time: a waiting callback receive makes a blocking one SHOAL_ESTATE. */
+    struct waiter idle = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL};
+    CHECK_RC(shoal_ring_receive_async(c, on_last, &idle), SHOAL_OK);
+    usleep(20000);
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 0), SHOAL_ESTATE);
+    CHECK_RC(shoal_ring_send(p, "last", 4), SHOAL_OK); /* the waiting callback gets it */
+    CHECK(wait_for(&idle, 1) && idle.ok == 1);
+
+    /* The producer vanishes: what it sent is still received, then SHOAL_ECONNECTION. */
+    CHECK_RC(shoal_ring_send(p, "bye", 3), SHOAL_OK);
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 10000), SHOAL_OK);
+    CHECK(size == 3 && memcmp(out, "bye", 3) == 0);
+    shoal_ring_producer_destroy(p);
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 10000), SHOAL_ECONNECTION);
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 20), SHOAL_ETIMEDOUT); /* reported once */
+
+    /* A new producer resumes the ring; then the consumer vanishes and its sends fail. */
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, 5000, &p), SHOAL_OK);
+    if (p) {
+        CHECK_RC(shoal_ring_send(p, "again", 5), SHOAL_OK);
+        CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 10000), SHOAL_OK);
+        CHECK(size == 5 && memcmp(out, "again", 5) == 0);
+        CHECK_RC(shoal_ring_consumer_close(c), SHOAL_OK);
+        CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 0), SHOAL_ECLOSED);
+        int rc = SHOAL_OK;
+        for (int i = 0; i < 100000 && rc == SHOAL_OK; ++i) { /* fails once the disconnect is seen */
+            rc = shoal_ring_send(p, "x", 1);
+        }
+        CHECK(rc == SHOAL_ECONNECTION);
+        CHECK_RC(shoal_ring_producer_close(p), SHOAL_OK);
+        CHECK_RC(shoal_ring_send(p, "x", 1), SHOAL_ECLOSED);
+        shoal_ring_producer_destroy(p);
+    }
+    shoal_ring_consumer_destroy(c);
+    shoal_buffer_free(s.buf);
+}
+
+static void test_buffers(shoal_runtime* rt) {
+    shoal_buffer* b = NULL;
+    CHECK_RC(shoal_buffer_alloc(rt, 0, 0, &b), SHOAL_EINVAL);
+    CHECK_RC(shoal_buffer_alloc(rt, 0, (size_t)1 << 30, &b), SHOAL_EINVAL);
+    CHECK(strstr(shoal_last_error(), "largest") != NULL);
+    CHECK_RC(shoal_buffer_alloc(rt, 1, 1000, &b), SHOAL_OK);
+    CHECK(b && shoal_buffer_data(b) != NULL && shoal_buffer_size(b) == 1000);
+    if (b) {
+        memset(shoal_buffer_data(b), 0xab, 1000);
+    }
+    shoal_buffer_free(b);
+}
+
+static void test_pool(shoal_runtime* rt, const char* server, const char* server_pid) {
+    /* The server (capi_rdma_peer): largest lease 1 MiB, quota 2 MiB, watermark 3 MiB. */
+    const size_t mib = (size_t)1 << 20;
+    shoal_pool* pool = NULL;
+    char dead[64];
+    snprintf(dead, sizeof dead, "%s:1", rdma_ip);
+    CHECK_RC(shoal_pool_connect(rt, 1, dead, 2000, &pool), SHOAL_ECONNECTION);
+    CHECK(pool == NULL);
+    CHECK_RC(shoal_pool_connect(rt, 1, "garbage", 2000, &pool), SHOAL_EINVAL);
+    CHECK_RC(shoal_pool_connect(rt, 1, server, 5000, &pool), SHOAL_OK);
+    shoal_pool* second = NULL;
+    CHECK_RC(shoal_pool_connect(rt, 0, server, 5000, &second), SHOAL_OK);
+    if (!pool || !second) {
+        return;
+    }
+    shoal_lease *a = NULL, *b = NULL, *x = NULL;
+    CHECK_RC(shoal_pool_lease(pool, 0, &x), SHOAL_EINVAL);
+    CHECK_RC(shoal_pool_lease(pool, 2 * mib, &x), SHOAL_EINVAL); /* above the largest lease */
+    CHECK_RC(shoal_pool_lease(pool, mib, &a), SHOAL_OK);
+    CHECK_RC(shoal_pool_lease(pool, mib, &b), SHOAL_OK);
+    CHECK_RC(shoal_pool_lease(pool, 4096, &x), SHOAL_EQUOTA);
+    CHECK(x == NULL && strlen(shoal_last_error()) > 0);
+    shoal_lease* c = NULL;
+    CHECK_RC(shoal_pool_lease(second, mib, &c), SHOAL_OK);
+    CHECK_RC(shoal_pool_lease(second, 4096, &x), SHOAL_EWATERMARK); /* 3 MiB out: the server is full */
+    if (!a || !b || !c) {
+        return;
+    }
+    CHECK(shoal_lease_size(a) == mib);
+
+    /* Copying writes and reads, the whole lease and a piece. */
+    char* data = malloc(mib);
+    char* back = malloc(mib);
+    for (size_t i = 0; i < mib; ++i) {
+        data[i] = (char)(i * 13 + 5);
+    }
+    CHECK_RC(shoal_lease_write(a, 0, data, mib), SHOAL_OK);
+    memset(back, 0, mib);
+    CHECK_RC(shoal_lease_read(a, 0, back, mib), SHOAL_OK);
+    CHECK(memcmp(back, data, mib) == 0);
+    CHECK_RC(shoal_lease_write(a, 100, "hello", 5), SHOAL_OK);
+    CHECK_RC(shoal_lease_read(a, 98, back, 9), SHOAL_OK);
+    CHECK(memcmp(back + 2, "hello", 5) == 0 && back[0] == data[98] && back[8] == data[106]);
+    CHECK_RC(shoal_lease_write(a, mib - 2, "abc", 3), SHOAL_EINVAL); /* past the end */
+    CHECK_RC(shoal_lease_read(a, mib + 1, back, 0), SHOAL_EINVAL);
+
+    /* From and into registered buffers (no copy), checked against the copying read. */
+    shoal_buffer *src = NULL, *dst = NULL, *elsewhere = NULL;
+    CHECK_RC(shoal_buffer_alloc(rt, 1, 65536, &src), SHOAL_OK);
+    CHECK_RC(shoal_buffer_alloc(rt, 1, 65536, &dst), SHOAL_OK);
+    CHECK_RC(shoal_buffer_alloc(rt, 0, 64, &elsewhere), SHOAL_OK);
+    if (src && dst && elsewhere) {
+        for (size_t i = 0; i < 65536; ++i) {
+            ((char*)shoal_buffer_data(src))[i] = (char)(i * 7 + 1);
+        }
+        CHECK_RC(shoal_lease_write_buffer(b, 4096, src, 0, 65536), SHOAL_OK);
+        CHECK_RC(shoal_lease_read(b, 4096, back, 65536), SHOAL_OK);
+        CHECK(memcmp(back, shoal_buffer_data(src), 65536) == 0);
+        CHECK_RC(shoal_lease_read_buffer(b, 4096 + 1000, dst, 10, 5000), SHOAL_OK);
+        CHECK(memcmp((char*)shoal_buffer_data(dst) + 10, (char*)shoal_buffer_data(src) + 1000, 5000) == 0);
+        CHECK_RC(shoal_lease_write_buffer(b, 0, src, 65000, 1000), SHOAL_EINVAL); /* past the buffer */
+        CHECK_RC(shoal_lease_write_buffer(b, 0, elsewhere, 0, 8), SHOAL_EINVAL);  /* another shard */
+    }
+    shoal_buffer_free(elsewhere);
+
+    /* Release: the lease is closed, and the quota has room again. */
+    CHECK_RC(shoal_lease_release(a), SHOAL_OK);
+    CHECK_RC(shoal_lease_release(a), SHOAL_OK);
+    CHECK_RC(shoal_lease_write(a, 0, "x", 1), SHOAL_ECLOSED);
+    shoal_lease_destroy(a);
+    CHECK_RC(shoal_pool_lease(pool, mib, &a), SHOAL_OK);
+    shoal_lease_destroy(a); /* releases it */
+
+    /* The other pool closes: its lease is closed with it. */
+    CHECK_RC(shoal_pool_close(second), SHOAL_OK);
+    CHECK_RC(shoal_lease_read(c, 0, back, 1), SHOAL_ECLOSED);
+    CHECK_RC(shoal_pool_lease(second, 64, &x), SHOAL_ECLOSED);
+    shoal_lease_destroy(c);
+    shoal_pool_destroy(second);
+
+    /* The server vanishes: reads and writes fail with SHOAL_ECONNECTION, nothing hangs. */
+    if (server_pid) {
+        kill((pid_t)atoi(server_pid), SIGKILL);
+        int rc = SHOAL_OK;
+        for (int i = 0; i < 1000 && rc == SHOAL_OK; ++i) {
+            rc = shoal_lease_read(b, 0, back, 64);
+            if (rc == SHOAL_OK) {
+                usleep(10000);
+            }
+        }
+        CHECK(rc == SHOAL_ECONNECTION);
+        CHECK_RC(shoal_pool_lease(pool, 64, &x), SHOAL_ECONNECTION);
+    }
+    shoal_lease_destroy(b);
+
+    /* Stop with a pool, buffers and a ring consumer open: they are closed and emptied, calls
+     * on them are SHOAL_ECLOSED, nothing crashes. */
+    char any[64];
+    snprintf(any, sizeof any, "%s:0", rdma_ip);
+    shoal_ring_consumer* late = NULL;
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, any, 4096, &late), SHOAL_OK);
+    CHECK_RC(shoal_runtime_stop(rt), SHOAL_OK);
+    if (late) {
+        size_t n = 0;
+        CHECK_RC(shoal_ring_receive(late, back, 64, &n, 0), SHOAL_ECLOSED);
+        CHECK_RC(shoal_ring_receive_async(late, on_last, NULL), SHOAL_ECLOSED);
+        CHECK_RC(shoal_ring_consumer_close(late), SHOAL_OK);
+        shoal_ring_consumer_destroy(late);
+    }
+    CHECK(shoal_buffer_data(src) == NULL && shoal_buffer_size(src) == 0);
+    CHECK_RC(shoal_pool_lease(pool, 64, &x), SHOAL_ECLOSED);
+    CHECK_RC(shoal_buffer_alloc(rt, 0, 64, &elsewhere), SHOAL_ECLOSED);
+    shoal_buffer_free(src);
+    shoal_buffer_free(dst);
+    shoal_pool_destroy(pool);
+    free(data);
+    free(back);
+}
+
+/* The RDMA parts: on a device (SHOAL_C_TEST_RDMA), with a pool server (SHOAL_POOL_SERVER). */
+static void test_rdma_parts(void) {
+    rdma_ip = getenv("SHOAL_RDMA_IP");
+    if (!rdma_ip) {
+        fprintf(stderr, "SHOAL_RDMA_IP is not set\n");
+        ++failed;
+        return;
+    }
+    shoal_runtime_options opts = options(2);
+    shoal_runtime* rt = NULL;
+    CHECK_RC(shoal_runtime_start(&opts, &rt), SHOAL_OK);
+    if (!rt) {
+        return;
+    }
+    lap("rdma runtime start");
+    test_buffers(rt);
+    test_ring(rt);
+    lap("ring channel");
+    const char* server = getenv("SHOAL_POOL_SERVER");
+    if (server) {
+        test_pool(rt, server, getenv("SHOAL_POOL_SERVER_PID"));
+        lap("remote pool");
+    } else {
+        fprintf(stderr, "SHOAL_POOL_SERVER is not set: the remote pool is not tested\n");
+        ++failed;
+    }
+    shoal_runtime_destroy(rt);
+}
+
 int main(void) {
     servers = getenv("SHOAL_KV_SERVERS");
     dead_server = getenv("SHOAL_DEAD_SERVER");
@@ -306,10 +857,15 @@ int main(void) {
         return 2;
     }
     use_rdma = getenv("SHOAL_C_TEST_RDMA") != NULL;
+    lap("start");
     test_status_names_and_version();
     test_bad_runtime_use();
+    test_rdma_calls_without_rdma();
+    lap("test_rdma_calls_without_rdma");
     if (!use_rdma) {
         test_rdma_without_a_device();
+    } else {
+        test_rdma_parts();
     }
 
     shoal_runtime_options opts = options(2);
@@ -327,10 +883,18 @@ int main(void) {
     shoal_kv* kv = NULL;
     CHECK_RC(shoal_kv_open(rt, servers, 1, 5000, &kv), SHOAL_OK);
     test_round_trips(kv);
+    lap("test_round_trips");
     test_get_many(kv);
+    lap("test_get_many");
     test_async(kv);
+    lap("test_async");
     test_threads(kv);
+    lap("test_threads");
     test_dead_server(rt);
+    lap("test_dead_server");
+    if (!use_rdma) {
+        test_destroy_in_callback(rt);
+    }
 
     /* Close: later calls are refused; close is idempotent. */
     shoal_kv* other = NULL;
@@ -359,6 +923,7 @@ int main(void) {
     shoal_kv_destroy(kv);
     shoal_runtime_destroy(rt);
 
+    lap("close, stop, restart");
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

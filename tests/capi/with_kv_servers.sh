@@ -24,9 +24,11 @@ free_port() {
 }
 pids=()
 cleanup() {
+    local t=$SECONDS
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
     rm -rf "$work"
+    echo "with_kv_servers: servers stopped in $((SECONDS - t)) s" >&2
 }
 trap cleanup EXIT
 servers=""
@@ -58,6 +60,9 @@ if [ "$rdma" = 1 ]; then
 else
     export SHOAL_DEAD_SERVER="127.0.0.1:$(free_port)"
 fi
+echo "with_kv_servers: servers up after $SECONDS s" >&2
 status=0
-timeout 120 "$@" || status=$?
+t=$SECONDS
+timeout 240 "$@" || status=$?
+echo "with_kv_servers: the command took $((SECONDS - t)) s" >&2
 exit "$status"

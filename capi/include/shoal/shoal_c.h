@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 1
+#define SHOAL_C_VERSION_MINOR 2
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -45,7 +45,10 @@ typedef enum shoal_status {
     SHOAL_ETIMEDOUT = 10,    /**< the request timed out */
     SHOAL_ENOMEM = 11,       /**< out of memory */
     SHOAL_EINTERNAL = 12,    /**< anything else (a bug: the message says what) */
-    SHOAL_EUNAVAILABLE = 13, /**< RDMA asked for where there is no usable RDMA device */
+    SHOAL_EUNAVAILABLE = 13, /**< RDMA asked for where there is no usable RDMA device (or the
+                                  runtime was started without `rdma`) */
+    SHOAL_EQUOTA = 14,       /**< a remote pool refused a lease: this client's quota is used up */
+    SHOAL_EWATERMARK = 15,   /**< a remote pool refused a lease: the server's memory is used up */
 } shoal_status;
 
 /** The library's version as MAJOR * 10000 + MINOR * 100 + PATCH. */
@@ -163,6 +166,156 @@ SHOAL_C_API int shoal_kv_get_async(shoal_kv* kv, const char* key, size_t key_siz
 /** shoal_kv_delete without waiting (see shoal_kv_set_async). */
 SHOAL_C_API int shoal_kv_delete_async(shoal_kv* kv, const char* key, size_t key_size, shoal_done_cb done,
                                       void* user);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Registered buffers: memory of a shard's registered RDMA pool, usable without a copy by the */
+/* ring and remote-pool calls that take a shoal_buffer. Need a runtime started with `rdma`.   */
+
+/** A buffer of registered memory owned by the caller until shoal_buffer_free. Its bytes
+ *  (shoal_buffer_data) may be read and written by any thread, but not while a call using the
+ *  buffer runs. It belongs to one shard: it can be used only with handles of that shard. */
+typedef struct shoal_buffer shoal_buffer;
+
+/** Allocates `size` bytes (1 to the pool's largest buffer, 1 MiB by default) from the registered
+ *  pool of `shard`. SHOAL_EUNAVAILABLE when the runtime has no RDMA, SHOAL_ENOMEM when the pool
+ *  is exhausted, SHOAL_EINVAL for a bad size or shard. */
+SHOAL_C_API int shoal_buffer_alloc(shoal_runtime* rt, unsigned shard, size_t size, shoal_buffer** out);
+/** Gives the buffer back. Operations still using it keep its memory until they complete (the
+ *  _async forms), so freeing never makes the device write into memory handed out again. After
+ *  shoal_runtime_stop every buffer is empty (data NULL, size 0) and only this is left to do.
+ *  NULL is ignored. */
+SHOAL_C_API void shoal_buffer_free(shoal_buffer* buf);
+/** The buffer's bytes (NULL for NULL or once its runtime stopped). */
+SHOAL_C_API void* shoal_buffer_data(const shoal_buffer* buf);
+/** The number of bytes asked for (0 for NULL or once its runtime stopped). */
+SHOAL_C_API size_t shoal_buffer_size(const shoal_buffer* buf);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Ring channel: one producer writes messages straight into a consumer's memory with RDMA      */
+/* WRITE_WITH_IMM (docs/rdma.md, "Ring channel"). Need a runtime started with `rdma`.          */
+
+/** Bytes of a ring's descriptor (what a producer needs besides the consumer's address). */
+#define SHOAL_RING_DESCRIPTOR_SIZE 32
+
+/** The receiving end: a ring in registered memory of one shard, listening for its producer. */
+typedef struct shoal_ring_consumer shoal_ring_consumer;
+/** The sending end, connected to one consumer. */
+typedef struct shoal_ring_producer shoal_ring_producer;
+
+/** Completion of shoal_ring_receive_async: the message's bytes are valid during the callback
+ *  only (when status is SHOAL_OK); its space goes back to the producer when the callback returns. */
+typedef void (*shoal_ring_receive_cb)(void* user, int status, const void* data, size_t size,
+                                      const char* error);
+
+/** Opens a consumer on `shard` with a ring of `capacity` data bytes (a power of two, 64 B to
+ *  1 GiB) and listens on `address` ("ip:port" of the RDMA device; port 0 picks one) for its
+ *  producer. A producer that connects again after its connection broke resumes the ring; a
+ *  second producer while one is connected is turned away. */
+SHOAL_C_API int shoal_ring_consumer_open(shoal_runtime* rt, unsigned shard, const char* address,
+                                         size_t capacity, shoal_ring_consumer** out);
+/** Copies the ring's descriptor (SHOAL_RING_DESCRIPTOR_SIZE bytes) into `out` (`capacity` bytes;
+ *  SHOAL_ETOOSMALL when smaller). Plain bytes: send them to the producer any way you like. */
+SHOAL_C_API int shoal_ring_consumer_descriptor(shoal_ring_consumer* c, void* out, size_t capacity,
+                                               size_t* size);
+/** The address listened on ("ip:port", with the port picked), NUL-terminated into `out`
+ *  (SHOAL_ETOOSMALL when `capacity` is too small). */
+SHOAL_C_API int shoal_ring_consumer_address(shoal_ring_consumer* c, char* out, size_t capacity);
+/** The largest message the ring takes (0 for NULL). */
+SHOAL_C_API size_t shoal_ring_consumer_max_message(const shoal_ring_consumer* c);
+/** Waits up to `timeout_ms` (negative: no limit; 0: only what arrived) for the next message and
+ *  copies it into `out`; its space goes back to the producer. SHOAL_ETIMEDOUT when none came;
+ *  SHOAL_ETOOSMALL when it does not fit (`*size` tells its size; it stays the next message);
+ *  SHOAL_ECONNECTION once after the producer's connection broke and every message it announced
+ *  was received (later receives wait for a producer that connects again). One receive at a
+ *  time per consumer (SHOAL_ESTATE otherwise). */
+SHOAL_C_API int shoal_ring_receive(shoal_ring_consumer* c, void* out, size_t capacity, size_t* size,
+                                   int timeout_ms);
+/** Like shoal_ring_receive, without a copy: `*data` points into the ring and stays valid until
+ *  shoal_ring_release or the next receive (which releases it). The ring is remote-writable
+ *  memory: parse untrusted content from a copy. */
+SHOAL_C_API int shoal_ring_receive_view(shoal_ring_consumer* c, const void** data, size_t* size,
+                                        int timeout_ms);
+/** Gives the space of the message last viewed back to the producer (nothing when none is held). */
+SHOAL_C_API int shoal_ring_release(shoal_ring_consumer* c);
+/** Waits for the next message without blocking the caller: `done` runs once on the consumer's
+ *  shard thread (see shoal_ring_receive_cb), with no time limit (closing the consumer ends it
+ *  with SHOAL_ECLOSED). Returns SHOAL_OK when handed over (`done` will run exactly once). */
+SHOAL_C_API int shoal_ring_receive_async(shoal_ring_consumer* c, shoal_ring_receive_cb done, void* user);
+/** Stops listening, closes the producer's connection and revokes the ring; a waiting receive
+ *  fails with SHOAL_ECLOSED. Idempotent. */
+SHOAL_C_API int shoal_ring_consumer_close(shoal_ring_consumer* c);
+/** Closes `c` if open and frees it. NULL is ignored. */
+SHOAL_C_API void shoal_ring_consumer_destroy(shoal_ring_consumer* c);
+
+/** Connects from `shard` to the consumer listening at `address` and opens a producer on its
+ *  ring `descriptor` (`size` bytes, from shoal_ring_consumer_descriptor). `timeout_ms` bounds
+ *  the connection's setup (0: the default of 10 s). SHOAL_EINVAL for descriptor garbage,
+ *  SHOAL_ECONNECTION when nobody listens or the ring cannot be read. */
+SHOAL_C_API int shoal_ring_producer_open(shoal_runtime* rt, unsigned shard, const char* address,
+                                         const void* descriptor, size_t size, unsigned timeout_ms,
+                                         shoal_ring_producer** out);
+/** The largest message the ring takes (0 for NULL). */
+SHOAL_C_API size_t shoal_ring_producer_max_message(const shoal_ring_producer* p);
+/** Sends `size` bytes (0 to the largest message; SHOAL_EINVAL beyond it): returns once they are
+ *  in the consumer's memory. A full ring makes it wait until the consumer releases space (or
+ *  the connection breaks: SHOAL_ECONNECTION, or the producer is closed: SHOAL_ECLOSED). */
+SHOAL_C_API int shoal_ring_send(shoal_ring_producer* p, const void* data, size_t size);
+/** Sends `size` bytes at `offset` of `buf` (a buffer of the producer's shard). */
+SHOAL_C_API int shoal_ring_send_buffer(shoal_ring_producer* p, const shoal_buffer* buf, size_t offset,
+                                       size_t size);
+/** shoal_ring_send without waiting: the bytes are copied before it returns; `done` runs once on
+ *  the producer's shard thread when they are in the consumer's memory (or the send failed).
+ *  Messages sent from one thread arrive in the order of the calls. */
+SHOAL_C_API int shoal_ring_send_async(shoal_ring_producer* p, const void* data, size_t size,
+                                      shoal_done_cb done, void* user);
+/** shoal_ring_send_buffer without waiting and without a copy: the buffer's memory is held until
+ *  `done` ran (the caller may free the handle at once; it must not write the bytes meanwhile). */
+SHOAL_C_API int shoal_ring_send_buffer_async(shoal_ring_producer* p, const shoal_buffer* buf, size_t offset,
+                                             size_t size, shoal_done_cb done, void* user);
+/** Closes the connection (sends still waiting for room fail with SHOAL_ECLOSED). Idempotent. */
+SHOAL_C_API int shoal_ring_producer_close(shoal_ring_producer* p);
+/** Closes `p` if open and frees it. NULL is ignored. */
+SHOAL_C_API void shoal_ring_producer_destroy(shoal_ring_producer* p);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Remote memory pool: lease memory of a pool server and read/write it with one-sided RDMA    */
+/* (docs/rdma.md, "Remote memory pool"). Need a runtime started with `rdma`.                  */
+
+/** A connection to a pool server (a control connection and two one-sided ones). */
+typedef struct shoal_pool shoal_pool;
+/** A region leased from a pool server; its bytes are read and written at offsets. */
+typedef struct shoal_lease shoal_lease;
+
+/** Connects from `shard` to the pool server at `address` ("ip:port"); `timeout_ms` bounds the
+ *  connections' setup (0: 10 s). */
+SHOAL_C_API int shoal_pool_connect(shoal_runtime* rt, unsigned shard, const char* address,
+                                   unsigned timeout_ms, shoal_pool** out);
+/** Leases `size` bytes. SHOAL_EQUOTA when this client's quota, SHOAL_EWATERMARK when the
+ *  server's memory does not allow it, SHOAL_EINVAL for 0 or more than the server's largest
+ *  lease; the pool stays usable after each. */
+SHOAL_C_API int shoal_pool_lease(shoal_pool* pool, size_t size, shoal_lease** out);
+/** Closes the connections; the server takes every lease back. Leases of it are closed with it. */
+SHOAL_C_API int shoal_pool_close(shoal_pool* pool);
+/** Closes `pool` if open and frees it (leases must still be destroyed). NULL is ignored. */
+SHOAL_C_API void shoal_pool_destroy(shoal_pool* pool);
+
+/** The leased bytes (0 for NULL). */
+SHOAL_C_API size_t shoal_lease_size(const shoal_lease* lease);
+/** Writes `size` bytes of `data` at `offset` of the lease (SHOAL_EINVAL past its end). */
+SHOAL_C_API int shoal_lease_write(shoal_lease* lease, uint64_t offset, const void* data, size_t size);
+/** Reads `size` bytes at `offset` of the lease into `out`. */
+SHOAL_C_API int shoal_lease_read(shoal_lease* lease, uint64_t offset, void* out, size_t size);
+/** Writes `size` bytes at `buf_offset` of `buf` (a buffer of the pool's shard) to `offset` of
+ *  the lease, without a copy. */
+SHOAL_C_API int shoal_lease_write_buffer(shoal_lease* lease, uint64_t offset, const shoal_buffer* buf,
+                                         size_t buf_offset, size_t size);
+/** Reads `size` bytes at `offset` of the lease into `buf` at `buf_offset`, without a copy. */
+SHOAL_C_API int shoal_lease_read_buffer(shoal_lease* lease, uint64_t offset, shoal_buffer* buf,
+                                        size_t buf_offset, size_t size);
+/** Gives the region back to the server (later reads and writes: SHOAL_ECLOSED). Idempotent. */
+SHOAL_C_API int shoal_lease_release(shoal_lease* lease);
+/** Releases `lease` if held and frees it. NULL is ignored. */
+SHOAL_C_API void shoal_lease_destroy(shoal_lease* lease);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,139 @@
+// The ring channel from C#: P/Invoke (DllImport) into libshoal_c. Opens a ring producer on the
+// descriptor of a shoal C++ consumer (capi_rdma_peer ring-consumer, a separate process) and
+// writes COUNT records into its ring, half copied from managed arrays and half from a
+// registered shoal buffer, some of them without waiting; the consumer checks order, lengths and
+// checksums. Also checks that descriptor garbage is refused. Prints "N passed, N failed".
+//
+// usage: mono test.exe ADDRESS DESCRIPTOR_HEX COUNT   (run by csharp_ring_test.sh)
+using System;
+using System.Runtime.InteropServices;
+using System.Threading;
+
+static class Shoal {
+    const string Lib = "shoal_c";
+
+    [StructLayout(LayoutKind.Sequential)]
+    public struct RuntimeOptions {
+        public UIntPtr struct_size;
+        public uint shards;
+        public int pin;
+        public int rdma;
+    }
+
+    public const int OK = 0, EINVAL = 1;
+
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate void DoneCallback(IntPtr user, int status, IntPtr error);
+
+    [DllImport(Lib)] public static extern IntPtr shoal_last_error();
+    [DllImport(Lib)] public static extern IntPtr shoal_status_name(int status);
+    [DllImport(Lib)] public static extern void shoal_runtime_options_init(ref RuntimeOptions opts);
+    [DllImport(Lib)] public static extern int shoal_runtime_start(ref RuntimeOptions opts, out IntPtr rt);
+    [DllImport(Lib)] public static extern void shoal_runtime_destroy(IntPtr rt);
+    [DllImport(Lib)] public static extern int shoal_buffer_alloc(IntPtr rt, uint shard, UIntPtr size, out IntPtr buf);
+    [DllImport(Lib)] public static extern IntPtr shoal_buffer_data(IntPtr buf);
+    [DllImport(Lib)] public static extern void shoal_buffer_free(IntPtr buf);
+    [DllImport(Lib)] public static extern int shoal_ring_producer_open(IntPtr rt, uint shard, string address, byte[] descriptor, UIntPtr size, uint timeout_ms, out IntPtr producer);
+    [DllImport(Lib)] public static extern UIntPtr shoal_ring_producer_max_message(IntPtr producer);
+    [DllImport(Lib)] public static extern int shoal_ring_send(IntPtr producer, byte[] data, UIntPtr size);
+    [DllImport(Lib)] public static extern int shoal_ring_send_buffer(IntPtr producer, IntPtr buf, UIntPtr offset, UIntPtr size);
+    [DllImport(Lib)] public static extern int shoal_ring_send_async(IntPtr producer, byte[] data, UIntPtr size, DoneCallback done, IntPtr user);
+    [DllImport(Lib)] public static extern void shoal_ring_producer_destroy(IntPtr producer);
+
+    public static string LastError() { return Marshal.PtrToStringAnsi(shoal_last_error()); }
+    public static string Name(int status) { return Marshal.PtrToStringAnsi(shoal_status_name(status)); }
+}
+
+static class Program {
+    static int passed, failed;
+    static int asyncDone, asyncOk;
+    // Kept in a static field: the native side calls it after the call that passed it returned.
+    static readonly Shoal.DoneCallback OnSent = (user, status, error) => {
+        if (status == Shoal.OK) { Interlocked.Increment(ref asyncOk); }
+        Interlocked.Increment(ref asyncDone);
+    };
+
+    static void Check(bool ok, string what) {
+        if (ok) { passed++; } else { failed++; Console.Error.WriteLine("FAILED " + what + " (last error: " + Shoal.LastError() + ")"); }
+    }
+
+    static ulong Fnv1a(byte[] b, int offset, int n) {
+        ulong h = 14695981039346656037UL;
+        for (int i = 0; i < n; i++) { h = (h ^ b[offset + i]) * 1099511628211UL; }
+        return h;
+    }
+
+    /// Record i: u32 index, u32 n, n payload bytes ((index * 31 + k) & 0xff), u64 FNV-1a.
+    static byte[] Record(int index) {
+        int n = index % 97 == 0 ? 3000 : (index * 37) % 500;
+        var r = new byte[16 + n];
+        BitConverter.GetBytes((uint)index).CopyTo(r, 0);
+        BitConverter.GetBytes((uint)n).CopyTo(r, 4);
+        for (int k = 0; k < n; k++) { r[8 + k] = (byte)((index * 31 + k) & 0xff); }
+        BitConverter.GetBytes(Fnv1a(r, 8, n)).CopyTo(r, 8 + n);
+        return r;
+    }
+
+    static byte[] Hex(string s) {
+        var b = new byte[s.Length / 2];
+        for (int i = 0; i < b.Length; i++) { b[i] = Convert.ToByte(s.Substring(2 * i, 2), 16); }
+        return b;
+    }
+
+    static int Main(string[] args) {
+        if (args.Length != 3) { Console.Error.WriteLine("usage: test.exe ADDRESS DESCRIPTOR_HEX COUNT"); return 2; }
+        string address = args[0];
+        byte[] descriptor = Hex(args[1]);
+        int count = int.Parse(args[2]);
+        Check(BitConverter.IsLittleEndian, "a little-endian machine (the record format)");
+
+        var opts = new Shoal.RuntimeOptions();
+        Shoal.shoal_runtime_options_init(ref opts);
+        opts.shards = 2;
+        opts.rdma = 1;
+        IntPtr rt;
+        int rc = Shoal.shoal_runtime_start(ref opts, out rt);
+        Check(rc == Shoal.OK, "runtime start with rdma: " + Shoal.Name(rc));
+        if (rc != Shoal.OK) { Console.WriteLine(passed + " passed, " + failed + " failed"); return 1; }
+
+        // Garbage is refused before anything is sent.
+        IntPtr p;
+        var garbage = (byte[])descriptor.Clone();
+        garbage[3] ^= 0x20;
+        rc = Shoal.shoal_ring_producer_open(rt, 1, address, garbage, new UIntPtr((uint)garbage.Length), 5000, out p);
+        Check(rc == Shoal.EINVAL && p == IntPtr.Zero, "descriptor garbage refused: " + Shoal.Name(rc));
+        rc = Shoal.shoal_ring_producer_open(rt, 1, address, descriptor, new UIntPtr(5), 5000, out p);
+        Check(rc == Shoal.EINVAL, "a short descriptor refused: " + Shoal.Name(rc));
+
+        rc = Shoal.shoal_ring_producer_open(rt, 1, address, descriptor, new UIntPtr((uint)descriptor.Length), 10000, out p);
+        Check(rc == Shoal.OK, "producer open: " + Shoal.Name(rc));
+        if (rc == Shoal.OK) {
+            Check(Shoal.shoal_ring_producer_max_message(p).ToUInt64() == (64 << 10) - 8, "largest message of a 64 KiB ring");
+            IntPtr buf;
+            Check(Shoal.shoal_buffer_alloc(rt, 1, new UIntPtr(4096), out buf) == Shoal.OK, "buffer alloc");
+            int sent = 0, asyncSent = 0;
+            for (int i = 0; i < count; i++) {
+                byte[] r = Record(i);
+                int s;
+                if (i % 4 == 1) {  // from a registered buffer, without a copy by the library
+                    Marshal.Copy(r, 0, Shoal.shoal_buffer_data(buf), r.Length);
+                    s = Shoal.shoal_ring_send_buffer(p, buf, UIntPtr.Zero, new UIntPtr((uint)r.Length));
+                } else if (i % 4 == 3) {  // without waiting (the bytes are copied first)
+                    s = Shoal.shoal_ring_send_async(p, r, new UIntPtr((uint)r.Length), OnSent, IntPtr.Zero);
+                    asyncSent += s == Shoal.OK ? 1 : 0;
+                } else {
+                    s = Shoal.shoal_ring_send(p, r, new UIntPtr((uint)r.Length));
+                }
+                if (s == Shoal.OK) { sent++; } else { Check(false, "send " + i + ": " + Shoal.Name(s)); break; }
+            }
+            Check(sent == count, "every record sent (" + sent + " of " + count + ")");
+            for (int waited = 0; Volatile.Read(ref asyncDone) < asyncSent && waited < 30000; waited += 10) { Thread.Sleep(10); }
+            Check(asyncOk == asyncSent, "every send without waiting completed (" + asyncOk + " of " + asyncSent + ")");
+            Shoal.shoal_buffer_free(buf);
+            Shoal.shoal_ring_producer_destroy(p);
+        }
+        Shoal.shoal_runtime_destroy(rt);
+        Console.WriteLine(passed + " passed, " + failed + " failed");
+        return failed == 0 ? 0 : 1;
+    }
+}
