@@ -226,7 +226,10 @@ future<> client::connect(net::socket_address addr) {
     try {
         if (_transport.name == "rdma" && _state->options.rdma_messages) {
             net::rdma::connection c = co_await net::rdma::connect_rc(addr);
-            l = rdma_link(std::move(c), _state->options.rdma_read_threshold);
+            const client_options& o = _state->options;
+            l = rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
+                                         .registration_cache = o.rdma_registration_cache,
+                                         .read_chunk = o.rdma_read_chunk});
         } else {
             l = stream_link(co_await _transport.connect(addr));
         }

@@ -36,6 +36,12 @@ struct client_options {
     /// RDMA message path: frames over this many bytes send their body by one-sided READ (at
     /// most the peer's receive buffer size is used).
     size_t rdma_read_threshold = size_t(64) << 10;
+    /// RDMA message path: registered memory each connection keeps for its next large bodies
+    /// (its registration cache; 0: one registration per body), see docs/rpc.md.
+    size_t rdma_registration_cache = size_t(32) << 20;
+    /// RDMA message path: a large body is READ in pieces of at most this many bytes, posted
+    /// together (and several bodies at once).
+    size_t rdma_read_chunk = size_t(1) << 20;
 };
 
 namespace detail {

@@ -8,6 +8,7 @@
 #include "net/rdma/context.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
+#include "net/rdma/registration_cache.hh"
 
 #include <array>
 #include <cstdlib>
@@ -34,120 +35,10 @@ constexpr size_t region_size = 16;
 /// Regions one descriptor may list (the payload and the attachments).
 constexpr uint32_t max_regions = 256;
 
-class block_cache;
-
-/// Heap memory registered for local writes, the target of a READ too large for the pool. When
-/// freed it goes back to its link's cache (if the link is still there), so a stream of large
-/// calls on a connection registers once.
-class registered_block final : public net::buffer_owner {
-public:
-    /// A block of at least `size` bytes: from `cache` when it has one that fits, else new.
-    static registered_block* make(size_t size, const std::shared_ptr<block_cache>& cache);
-    char* data() const noexcept { return _data; }
-    size_t capacity() const noexcept { return _capacity; }
-    const rdma::memory_region& region() const noexcept { return _mr; }
-
-private:
-    friend class block_cache;
-    registered_block(char* data, size_t cap, std::weak_ptr<block_cache> home) noexcept
-        : _data(data)
-        , _capacity(cap)
-        , _shard(this_shard_id())
-        , _home(std::move(home)) {}
-    ~registered_block() override {
-        _mr.deregister();
-        std::free(_data);
-    }
-    void release() noexcept override;
-
-    char* _data;
-    size_t _capacity;
-    unsigned _shard;
-    std::weak_ptr<block_cache> _home;
-    rdma::memory_region _mr;
-};
-
-/// A link's freed READ targets, kept registered for its next large frames (bounded).
-class block_cache {
-public:
-    static constexpr size_t limit = size_t(16) << 20;
-    block_cache() = default;
-    block_cache(const block_cache&) = delete;
-    block_cache& operator=(const block_cache&) = delete;
-    ~block_cache() {
-        for (auto* b : _blocks) {
-            delete b;
-        }
-    }
-    /// A cached block of capacity `cap`, or null.
-    registered_block* take(size_t cap) noexcept {
-        for (size_t i = 0; i < _blocks.size(); ++i) {
-            if (_blocks[i]->_capacity == cap) {
-                registered_block* b = _blocks[i];
-                _blocks.erase(_blocks.begin() + i);
-                _bytes -= cap;
-                return b;
-            }
-        }
-        return nullptr;
-    }
-    /// Keeps `b`; false when the cache is full.
-    bool put(registered_block* b) {
-        if (_bytes + b->_capacity > limit) {
-            return false;
-        }
-        _blocks.push_back(b);
-        _bytes += b->_capacity;
-        return true;
-    }
-
-private:
-    std::vector<registered_block*> _blocks;
-    size_t _bytes = 0;
-};
-
-registered_block* registered_block::make(size_t size, const std::shared_ptr<block_cache>& cache) {
-    size_t cap = size_t(2) << 20;
-    while (cap < size) {
-        cap <<= 1;
-    }
-    if (registered_block* b = cache->take(cap)) {
-        b->ref();
-        return b;
-    }
-    void* mem = std::aligned_alloc(4096, cap);
-    if (!mem) {
-        throw std::bad_alloc();
-    }
-    auto* b = new registered_block(static_cast<char*>(mem), cap, cache);
-    try {
-        b->_mr = rdma::register_memory(mem, cap);
-    } catch (...) {
-        delete b;
-        throw;
-    }
-    ++link_stats.target_registrations;
-    return b;
-}
-
-void registered_block::release() noexcept {
-    // Cached only on its own shard (its registration belongs to that shard's domain).
-    if (_shard == this_shard_id()) {
-        if (auto home = _home.lock()) {
-            try {
-                if (home->put(this)) {
-                    return;
-                }
-            } catch (...) {
-            }
-        }
-    }
-    delete this;
-}
-
 /// What a sender keeps for a body the peer READs: the exports and the memory under them.
 struct held_body {
-    std::vector<rdma::exported_region> exports;
+    std::vector<rdma::registration_cache::lease> leases; // cached registrations
+    std::vector<rdma::exported_region> exports;          // registrations for this body only
     std::vector<net::temporary_buffer> memory;
     size_t bytes = 0;
 };
@@ -155,57 +46,48 @@ struct held_body {
 /// The state of one link, shared with its loops (the sender, the release reader, READs).
 class link_state : public std::enable_shared_from_this<link_state> {
 public:
-    link_state(rdma::connection c, size_t read_threshold)
+    link_state(rdma::connection c, const rdma_link_options& o)
         : _conn(std::move(c))
         , _msgs(_conn.messages())
         , _releases(_conn.immediates(release_tag))
         , _max_message(_msgs.max_message_size())
-        , _threshold(std::min(read_threshold, _max_message)) {}
+        , _threshold(std::min(o.read_threshold, _max_message))
+        , _chunk(std::max<size_t>(o.read_chunk, 4096))
+        , _read_budget(o.read_budget)
+        , _max_reads(std::max(o.max_reads, 1u))
+        , _cache(
+              std::make_unique<rdma::registration_cache>(o.registration_cache, rdma::access::remote_read)) {}
 
     void start() { (void)release_loop(); }
 
-    // --- receiving
+    // --- receiving: messages are taken while a reader waits; a body to READ does not stop
+    // the next message from being taken (within the READ budget), so bodies are READ in
+    // parallel and frames are handed over in the order they became complete.
 
     future<std::optional<frame>> read_frame(size_t max_frame) {
-        if (_input_shut) {
+        _max_frame = max_frame;
+        if (!_ready.empty()) {
+            frame f = std::move(_ready.front());
+            _ready.pop_front();
+            return make_ready_future<std::optional<frame>>(std::move(f));
+        }
+        if (_rx_error) {
+            return make_exception_future<std::optional<frame>>(_rx_error);
+        }
+        if (_input_shut || (_rx_eof && _bodies_in_flight == 0)) {
             return make_ready_future<std::optional<frame>>(std::nullopt);
         }
         _reader.emplace();
         auto result = _reader->get_future();
-        (void)_msgs.receive()
-            .then([self = shared_from_this(), max_frame](std::optional<net::temporary_buffer> m) {
-                if (!m) {
-                    return make_ready_future<std::optional<frame>>(std::nullopt);
-                }
-                return self->on_message(std::move(*m), max_frame);
-            })
-            .then_wrapped([self = shared_from_this()](future<std::optional<frame>> f) {
-                if (!self->_reader) {
-                    // Input was shut while this message was on its way: dropped.
-                    if (!f.failed()) {
-                        f.get();
-                    } else {
-                        f.ignore_ready_future();
-                    }
-                    return;
-                }
-                auto pr = std::move(*self->_reader);
-                self->_reader.reset();
-                if (f.failed()) {
-                    pr.set_exception(f.get_exception());
-                } else {
-                    pr.set_value(f.get());
-                }
-            });
+        pump();
         return result;
     }
 
     void shutdown_input() noexcept {
         _input_shut = true;
+        _ready.clear();
         if (_reader) {
-            auto pr = std::move(*_reader);
-            _reader.reset();
-            pr.set_value(std::nullopt);
+            std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
         }
     }
 
@@ -272,13 +154,71 @@ public:
     net::socket_address peer_address() const { return _conn.peer_address(); }
 
 private:
-    future<std::optional<frame>> on_message(net::temporary_buffer m, size_t max_frame) {
+    /// Takes the next message when a reader waits and the READ budget has room.
+    void pump() {
+        if (_receiving || !_reader || _input_shut || _rx_eof || _rx_error) {
+            return;
+        }
+        if (_bodies_in_flight > 0 && (_reads_posted >= _max_reads || _bytes_in_flight >= _read_budget)) {
+            return; // a READ that ends calls pump() again
+        }
+        _receiving = true;
+        (void)_msgs.receive().then_wrapped(
+            [self = shared_from_this()](future<std::optional<net::temporary_buffer>> f) {
+                self->_receiving = false;
+                try {
+                    std::optional<net::temporary_buffer> m = f.get();
+                    if (!m) {
+                        self->_rx_eof = true;
+                        self->maybe_end();
+                        return;
+                    }
+                    self->on_message(std::move(*m));
+                } catch (...) {
+                    self->fail(std::current_exception());
+                    return;
+                }
+                self->pump();
+            });
+    }
+
+    /// A complete frame: to the waiting reader, else queued for the next read_frame.
+    void deliver(frame f) {
+        if (_input_shut) {
+            return; // input was shut while it was on its way: dropped
+        }
+        if (_reader) {
+            std::exchange(_reader, std::nullopt)->set_value(std::move(f));
+        } else {
+            _ready.push_back(std::move(f));
+        }
+    }
+
+    /// Receiving failed (a bad frame, a broken connection): the reader gets the error once the
+    /// frames completed before it are taken.
+    void fail(std::exception_ptr ex) noexcept {
+        if (!_rx_error) {
+            _rx_error = ex;
+        }
+        if (_reader && _ready.empty()) {
+            std::exchange(_reader, std::nullopt)->set_exception(_rx_error);
+        }
+    }
+
+    /// End of input: reported once no body is being READ.
+    void maybe_end() noexcept {
+        if (_rx_eof && _bodies_in_flight == 0 && _reader && _ready.empty()) {
+            std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
+        }
+    }
+
+    void on_message(net::temporary_buffer m) {
         if (m.size() < frame_header::size) {
             throw protocol_error("RDMA message of " + std::to_string(m.size()) +
                                  " bytes: shorter than a header");
         }
         frame f;
-        f.header = frame_header::decode(m.get(), max_frame);
+        f.header = frame_header::decode(m.get(), _max_frame);
         const frame_header& h = f.header;
         if (h.flags == 0) {
             if (m.size() != frame_header::size + h.body_size()) {
@@ -289,14 +229,15 @@ private:
             f.payload = m.share(frame_header::size, h.payload_size);
             f.attachments = m.share(frame_header::size + h.payload_size, h.attachment_size);
             ++link_stats.frames_received;
-            return make_ready_future<std::optional<frame>>(std::move(f));
+            deliver(std::move(f));
+            return;
         }
-        return fetch_body(std::move(f), std::move(m));
+        start_fetch(std::move(f), std::move(m));
     }
 
-    /// A frame whose body (or part of it) is in the sender's memory: READ it, release it.
-    future<std::optional<frame>> fetch_body(frame f, net::temporary_buffer m) {
-        auto keep = shared_from_this();
+    /// A frame whose body (or part of it) is in the sender's memory: checks its descriptor and
+    /// posts the READs of its pieces into one buffer of the cache; `finish_fetch` completes it.
+    void start_fetch(frame f, net::temporary_buffer m) {
         const frame_header h = f.header;
         const bool remote_payload = (h.flags & frame_header::flag_remote_payload) != 0;
         const size_t remote = (remote_payload ? size_t(h.payload_size) : 0) + h.attachment_size;
@@ -329,33 +270,38 @@ private:
         if (sum != remote || remote == 0 || left != inline_payload) {
             throw protocol_error("RDMA body descriptor does not match the frame's sizes");
         }
-        // The target: pool memory when it fits, else a registered block.
-        rdma::memory_pool& pool = rdma::shard_context::local().pool();
-        net::temporary_buffer target;
-        std::vector<rdma::local_span> spans;
-        spans.reserve(count);
-        rdma::buffer b = remote <= pool.max_buffer_size() ? pool.try_allocate(remote) : rdma::buffer();
-        if (b) {
-            size_t off = 0;
-            for (auto& r : regions) {
-                spans.push_back(rdma::span_of(b, off, r.length));
-                off += r.length;
-            }
-            target = std::move(b).into_temporary_buffer(remote);
-        } else {
-            registered_block* blk = registered_block::make(remote, _blocks);
-            size_t off = 0;
-            for (auto& r : regions) {
-                spans.push_back(blk->region().span(off, r.length));
-                off += r.length;
-            }
-            target = net::temporary_buffer(blk->data(), remote, blk);
-        }
+        const uint64_t regs_before = _cache->stats().registrations;
+        net::temporary_buffer target = _cache->allocate(remote);
+        rdma::registration_cache::lease reg = _cache->find(target.get(), remote);
+        count_registrations(regs_before);
         std::vector<future<>> reads;
-        reads.reserve(count);
-        for (size_t i = 0; i < count; ++i) {
-            reads.push_back(_conn.read(std::move(spans[i]), regions[i], 0));
+        size_t off = 0;
+        for (auto& r : regions) {
+            for (uint64_t done = 0; done < r.length;) {
+                const size_t n = std::min<uint64_t>(_chunk, r.length - done);
+                try {
+                    reads.push_back(_conn.read(reg.local(target.get() + off + done, n), r.slice(done, n), 0));
+                } catch (...) {
+                    reads.push_back(make_exception_future<>(std::current_exception()));
+                }
+                done += n;
+            }
+            off += r.length;
         }
+        ++_bodies_in_flight;
+        _bytes_in_flight += remote;
+        _reads_posted += reads.size();
+        link_stats.parallel_reads += _bodies_in_flight > 1 ? 1 : 0;
+        (void)finish_fetch(std::move(f), std::move(m), std::move(target), std::move(reg), std::move(reads),
+                           transfer, remote_payload, inline_payload);
+    }
+
+    future<> finish_fetch(frame f, net::temporary_buffer m, net::temporary_buffer target,
+                          rdma::registration_cache::lease reg, std::vector<future<>> reads, uint32_t transfer,
+                          bool remote_payload, size_t inline_payload) {
+        auto keep = shared_from_this();
+        const size_t n = reads.size();
+        const size_t remote = target.size();
         std::exception_ptr failed;
         for (auto& r : co_await when_all(std::move(reads))) {
             if (r.failed()) {
@@ -365,12 +311,19 @@ private:
                 }
             }
         }
+        // Every READ ended: the target may be reused from here on.
+        reg.reset();
+        --_bodies_in_flight;
+        _bytes_in_flight -= remote;
+        _reads_posted -= n;
         if (failed) {
-            std::rethrow_exception(failed); // the target stays alive until every READ ended
+            fail(failed);
+            co_return;
         }
         release(transfer);
         link_stats.bytes_read += remote;
         ++link_stats.remote_bodies_received;
+        const frame_header& h = f.header;
         if (remote_payload) {
             f.payload = target.share(0, h.payload_size);
             f.attachments = target.share(h.payload_size, h.attachment_size);
@@ -378,7 +331,19 @@ private:
             f.payload = m.share(m.size() - inline_payload, inline_payload);
             f.attachments = std::move(target);
         }
-        co_return std::move(f);
+        deliver(std::move(f));
+        maybe_end();
+        pump();
+    }
+
+    /// Adds the cache's registrations since `before` (or a hit) to the link counters.
+    void count_registrations(uint64_t before) noexcept {
+        const uint64_t now = _cache->stats().registrations;
+        if (now != before) {
+            link_stats.registrations += now - before;
+        } else {
+            ++link_stats.registration_hits;
+        }
     }
 
     /// Tells the peer its body `transfer` was read (a zero-length WRITE_WITH_IMM).
@@ -503,24 +468,40 @@ private:
         const uint32_t count = uint32_t(regions);
         std::memcpy(p + frame_header::size + 4, &count, 4);
         p += frame_header::size + descriptor_head;
-        auto add_region = [&](const char* data, size_t len) {
-            h.exports.push_back(rdma::export_region(const_cast<char*>(data), len, rdma::access::remote_read));
-            rdma::remote_region r = h.exports.back().descriptor();
-            const uint32_t l = uint32_t(len);
+        const uint64_t regs_before = _cache->stats().registrations;
+        // Memory the cache has (a block a body was READ into, e.g. echoed back, or an attachment
+        // sent before) needs no registration; an attachment is registered and kept in the cache;
+        // a payload (a fresh buffer per call) is registered for this body only.
+        auto add_region = [&](const net::temporary_buffer& b, bool keep) {
+            rdma::remote_region r;
+            rdma::registration_cache::lease l = keep ? _cache->hold(b) : _cache->find(b.get(), b.size());
+            if (l) {
+                r = l.remote(b.get(), b.size());
+                h.leases.push_back(std::move(l));
+            } else {
+                h.exports.push_back(
+                    rdma::export_region(const_cast<char*>(b.get()), b.size(), rdma::access::remote_read));
+                r = h.exports.back().descriptor();
+                ++link_stats.registrations;
+            }
+            const uint32_t len = uint32_t(b.size());
             std::memcpy(p, &r.addr, 8);
             std::memcpy(p + 8, &r.rkey, 4);
-            std::memcpy(p + 12, &l, 4);
+            std::memcpy(p + 12, &len, 4);
             p += region_size;
         };
         h.exports.reserve(regions);
         if (!payload_inline) {
-            add_region(f.head.get() + frame_header::size, payload);
+            add_region(f.head.share(frame_header::size, payload), false);
         }
         for (auto& a : f.attachments) {
             if (!a.empty()) {
-                add_region(a.get(), a.size());
+                add_region(a, true);
             }
         }
+        const uint64_t cached_regs = _cache->stats().registrations - regs_before;
+        link_stats.registrations += cached_regs;
+        link_stats.registration_hits += h.leases.size() - cached_regs;
         std::array<net::temporary_buffer, 2> parts;
         size_t n = 0;
         parts[n++] = std::move(desc);
@@ -564,9 +545,22 @@ private:
     std::optional<promise<>> _below;
     std::optional<promise<>> _idle;
     std::optional<promise<>> _released;
+    // the cache outlives the holds on its entries (declared before them)
+    size_t _chunk;
+    size_t _read_budget;
+    unsigned _max_reads;
+    std::unique_ptr<rdma::registration_cache> _cache;
     std::unordered_map<uint32_t, held_body> _held;
     uint32_t _next_transfer = 0;
-    std::shared_ptr<block_cache> _blocks = std::make_shared<block_cache>();
+    // receiving
+    std::deque<frame> _ready;
+    size_t _max_frame = 0;
+    bool _receiving = false;
+    bool _rx_eof = false;
+    std::exception_ptr _rx_error;
+    unsigned _bodies_in_flight = 0;
+    size_t _bytes_in_flight = 0;
+    size_t _reads_posted = 0;
 };
 
 class rdma_link_impl final : public link {
@@ -597,8 +591,8 @@ const rdma_link_stats& rdma_link_stats_here() noexcept {
     return link_stats;
 }
 
-std::unique_ptr<link> rdma_link(rdma::connection c, size_t read_threshold) {
-    auto s = std::make_shared<link_state>(std::move(c), read_threshold);
+std::unique_ptr<link> rdma_link(rdma::connection c, const rdma_link_options& o) {
+    auto s = std::make_shared<link_state>(std::move(c), o);
     s->start();
     return std::make_unique<rdma_link_impl>(std::move(s));
 }

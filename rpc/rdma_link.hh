@@ -4,10 +4,11 @@
 //   - a frame that fits the peer's receive buffer (and is under the READ threshold) is one
 //     message, i.e. one SEND gathered from the header+payload buffer and the attachments
 //     (inline when small); it is received as the receive buffer itself and sliced in place;
-//   - a larger frame sends its header and a descriptor of its body's memory (exported for
-//     remote READ); the receiver READs the body into its own registered memory and releases
-//     the sender's export with a tagged immediate (tag `release_tag`). A connection that breaks
-//     frees every export it held.
+//   - a larger frame sends its header and a descriptor of its body's memory (registered for
+//     remote READ, through the link's registration cache so memory sent again is not registered
+//     again); the receiver READs the body into registered memory of its own cache, in chunks
+//     and with several bodies in flight, and releases the sender's hold with a tagged immediate
+//     (tag `release_tag`). A connection that breaks frees every hold it had.
 // Messages queued in one reactor iteration are posted under one doorbell by net/rdma.
 
 #include "net/rdma/connection.hh"
@@ -26,7 +27,25 @@ struct rdma_link_stats {
     uint64_t remote_bodies_received = 0; ///< frames whose body this side READ
     uint64_t bytes_read = 0;             ///< body bytes READ from peers
     uint64_t exports_held = 0;           ///< bodies exported to a peer and not released yet (now)
-    uint64_t target_registrations = 0;   ///< READ targets registered outside the pool
+    uint64_t registrations = 0;          ///< ibv_reg_mr calls for bodies (READ targets, exports)
+    uint64_t registration_hits = 0;      ///< bodies sent or READ into memory already registered
+    uint64_t parallel_reads = 0;         ///< bodies whose READ began while another one's was running
+};
+
+/// How a link sends and receives large bodies (defaults: see docs/rpc.md).
+struct rdma_link_options {
+    /// Frames whose wire size is over this send their body by READ (capped by the largest
+    /// message the peer receives).
+    size_t read_threshold = size_t(64) << 10;
+    /// Idle registered bytes the link keeps for its next bodies (its registration cache; 0:
+    /// every body is registered for its own use).
+    size_t registration_cache = size_t(32) << 20;
+    /// A body is READ in pieces of at most this many bytes, posted together.
+    size_t read_chunk = size_t(1) << 20;
+    /// Body bytes being READ at once, and READ requests posted at once: no further message is
+    /// taken while either is reached (one body may go past them).
+    size_t read_budget = size_t(64) << 20;
+    unsigned max_reads = 16;
 };
 
 /// This shard's counters of RDMA links.
@@ -35,12 +54,8 @@ const rdma_link_stats& rdma_link_stats_here() noexcept;
 /// The immediate tag a receiver releases a sender's body with.
 inline constexpr unsigned release_tag = 9;
 
-/// A link over `c`'s message API (taking it and the immediate channel `release_tag`). Frames
-/// whose wire size is over `read_threshold` (capped by the largest message) send their body by
-/// READ. Throws what `messages()` throws when the connection's SEND/RECV path is taken.
-std::unique_ptr<link> rdma_link(net::rdma::connection c, size_t read_threshold);
-
-/// Default `read_threshold` (see docs/rpc.md for the measurement behind it).
-inline constexpr size_t default_read_threshold = size_t(64) << 10;
+/// A link over `c`'s message API (taking it and the immediate channel `release_tag`). Throws
+/// what `messages()` throws when the connection's SEND/RECV path is taken.
+std::unique_ptr<link> rdma_link(net::rdma::connection c, const rdma_link_options& o);
 
 } // namespace shoal::rpc

@@ -273,7 +273,10 @@ struct server::rdma_listening {
                 co_return;
             }
             try {
-                serve(rdma_link(std::move(c), shared->options.rdma_read_threshold));
+                const server_options& o = shared->options;
+                serve(rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
+                                               .registration_cache = o.rdma_registration_cache,
+                                               .read_chunk = o.rdma_read_chunk}));
             } catch (...) {
                 rpc_log.warn("cannot serve an RDMA connection: {}", std::current_exception());
             }

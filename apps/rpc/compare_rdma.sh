@@ -6,6 +6,9 @@
 # 2. RPC over RDMA: shoal-rpc-bench, same cells, then 1 MB and 8 MB (twice as long);
 # 2b. RPC over the RDMA stream (--rdma-path stream), the path before the message API;
 # 2c. the READ threshold: 8 KB to 60 KB as one SEND and by READ;
+# 2d. 1 MB / 8 MB side by side, two rounds: this build, this build without its registration
+#     cache (--rdma-registration-cache 0), and OLD_RPC_BENCH if set (another build's
+#     shoal-rpc-bench, e.g. the one before the cache and parallel READs);
 # 3. RPC over TCP in the same guest, same cells;
 # 4. perftest ib_send_bw / ib_write_bw (and ib_read_bw, the bound of the READ scheme) at 1 MiB and 8 MiB.
 # Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RDMA
@@ -62,6 +65,23 @@ for threshold in 64K 1K; do
     "$rpc_bin" bench --transport rdma --rdma-read-threshold "$threshold" --host "$ip" --port 9400 \
         --sizes 8K,16K,32K,60K --concurrency 1,16 --duration "$secs" $cli
     unserve
+done
+
+echo "== large bodies side by side (QPS; MB/s one way = size x QPS)"
+large() { # large NAME BIN ARGS...
+    name=$1
+    bin=$2
+    shift 2
+    serve "$bin" server --transport rdma --host "$ip" --port 9500 $srv "$@"
+    echo "-- $name"
+    "$bin" bench --transport rdma --host "$ip" --port 9500 --sizes 1M,8M --concurrency 1,4 \
+        --duration "$((secs * 2))" $cli --connections-per-shard 1 "$@"
+    unserve
+}
+for round in 1 2; do
+    large "this build" "$rpc_bin"
+    large "this build, no registration cache" "$rpc_bin" --rdma-registration-cache 0
+    [ -n "${OLD_RPC_BENCH:-}" ] && large "OLD_RPC_BENCH" "$OLD_RPC_BENCH"
 done
 
 echo "== RPC over TCP in the same guest"

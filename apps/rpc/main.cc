@@ -37,12 +37,14 @@ namespace {
 
 /// Starts a server on every shard listening on `addr`; returns the address (port picked).
 future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::transport t,
-                                          net::socket_address addr, size_t max_frame, bool rdma_messages,
-                                          size_t read_threshold) {
+                                          net::socket_address addr, size_t max_frame,
+                                          const rpc_bench::options& o) {
     rpc::server_options so;
     so.max_frame_size = max_frame;
-    so.rdma_messages = rdma_messages;
-    so.rdma_read_threshold = read_threshold;
+    so.rdma_messages = o.rdma_messages;
+    so.rdma_read_threshold = o.rdma_read_threshold;
+    so.rdma_registration_cache = o.rdma_registration_cache;
+    so.rdma_read_chunk = o.rdma_read_chunk;
     co_await servers.start(t, so);
     co_await servers.invoke_on(0, [&addr](rpc::server& s) {
         rpc_bench::register_verbs(s);
@@ -79,20 +81,18 @@ future<int> with_transport(net::transport t, Body body) {
     co_return rc;
 }
 
-future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame, bool rdma_messages,
-                       size_t read_threshold) {
-    return with_transport(
-        t, [t, addr, max_frame, rdma_messages, read_threshold](sharded<rpc::server>& servers) -> future<int> {
-            auto where = co_await start_servers(servers, t, addr, max_frame, rdma_messages, read_threshold);
-            apps::shard_metric_groups published;
-            co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
-            fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name,
-                       where.to_string(), shard_count());
-            std::fflush(stdout);
-            co_await stop_requested();
-            co_await published.clear();
-            co_return 0;
-        });
+future<int> run_server(net::transport t, net::socket_address addr, size_t max_frame, rpc_bench::options o) {
+    return with_transport(t, [t, addr, max_frame, o](sharded<rpc::server>& servers) -> future<int> {
+        auto where = co_await start_servers(servers, t, addr, max_frame, o);
+        apps::shard_metric_groups published;
+        co_await published.publish([&servers] { return rpc::publish_metrics(servers.local()); });
+        fmt::print("shoal-rpc-bench: {} server on {} ({} shards); Ctrl-C stops\n", t.name, where.to_string(),
+                   shard_count());
+        std::fflush(stdout);
+        co_await stop_requested();
+        co_await published.clear();
+        co_return 0;
+    });
 }
 
 future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool json, std::string svg) {
@@ -104,8 +104,7 @@ future<int> run_bench(net::transport t, rpc_bench::options o, bool local, bool j
                 largest = std::max(largest, s);
             }
             o.server =
-                co_await start_servers(servers, t, o.server, std::max<size_t>(largest + 4096, 64 << 20),
-                                       o.rdma_messages, o.rdma_read_threshold);
+                co_await start_servers(servers, t, o.server, std::max<size_t>(largest + 4096, 64 << 20), o);
         }
         apps::shard_metric_groups client_metrics; // calls and their latency, with --prometheus-port
         co_await client_metrics.publish([] { return rpc::publish_client_metrics(); });
@@ -157,6 +156,10 @@ int main(int argc, char** argv) {
     a.add_option("rdma-path", "over RDMA: messages (one SEND per call, large bodies by READ) or stream",
                  "messages");
     a.add_option("rdma-read-threshold", "over RDMA messages: bodies of larger frames travel by READ", "64K");
+    a.add_option("rdma-registration-cache",
+                 "over RDMA messages: registered bytes each connection keeps for large bodies (0: none)",
+                 "32M");
+    a.add_option("rdma-read-chunk", "over RDMA messages: a large body is READ in pieces of this size", "1M");
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
@@ -208,6 +211,8 @@ int main(int argc, char** argv) {
         }
         o.rdma_messages = a.get("rdma-path") == "messages";
         o.rdma_read_threshold = size_t(parse_size(a.get("rdma-read-threshold")));
+        o.rdma_registration_cache = size_t(parse_size(a.get("rdma-registration-cache")));
+        o.rdma_read_chunk = size_t(parse_size(a.get("rdma-read-chunk")));
         o.label = "rpc-" + t.name;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());
@@ -217,7 +222,7 @@ int main(int argc, char** argv) {
         return run_shards(smp, [&]() -> future<int> {
             return apps::with_metrics(a, [&]() -> future<int> {
                 if (mode == "server") {
-                    return run_server(t, o.server, size_t(64) << 20, o.rdma_messages, o.rdma_read_threshold);
+                    return run_server(t, o.server, size_t(64) << 20, o);
                 }
                 return run_bench(t, o, mode == "local", a.has("json"), a.has("svg") ? a.get("svg") : "");
             });

@@ -69,9 +69,8 @@ future<> caller(rpc::client& c, const net::temporary_buffer& payload, bool strin
 }
 
 future<shard_result> run_shard(net::transport t, net::socket_address server, size_t size, unsigned callers,
-                               unsigned connections, bool string_payload, bool rdma_messages,
-                               size_t read_threshold, steady_clock_type::duration warmup,
-                               steady_clock_type::duration duration) {
+                               unsigned connections, bool string_payload, const options& o,
+                               steady_clock_type::duration warmup, steady_clock_type::duration duration) {
     shard_result r;
     if (callers == 0) {
         co_return r;
@@ -80,8 +79,10 @@ future<shard_result> run_shard(net::transport t, net::socket_address server, siz
     for (unsigned i = 0; i < std::min(callers, std::max(connections, 1u)); ++i) {
         rpc::client_options co;
         co.max_frame_size = std::max<size_t>(co.max_frame_size, size + 4096);
-        co.rdma_messages = rdma_messages;
-        co.rdma_read_threshold = read_threshold;
+        co.rdma_messages = o.rdma_messages;
+        co.rdma_read_threshold = o.rdma_read_threshold;
+        co.rdma_registration_cache = o.rdma_registration_cache;
+        co.rdma_read_chunk = o.rdma_read_chunk;
         clients.push_back(std::make_unique<rpc::client>(t, co));
         co_await clients.back()->connect(server);
     }
@@ -116,8 +117,8 @@ future<std::vector<echo::cell_result>> run(net::transport t, options o) {
             for (unsigned s = 0; s < n; ++s) {
                 unsigned callers = c / n + (s < c % n ? 1 : 0);
                 shards.push_back(submit_to(s, [=] {
-                    return run_shard(t, o.server, size, callers, o.connections_per_shard, o.string_payload,
-                                     o.rdma_messages, o.rdma_read_threshold, warmup, duration);
+                    return run_shard(t, o.server, size, callers, o.connections_per_shard, o.string_payload, o,
+                                     warmup, duration);
                 }));
             }
             echo::cell_result cell;
