@@ -26,8 +26,13 @@ using namespace shoal::kv_test;
 
 namespace {
 
-/// Operations each surviving client makes.
+/// Operations each surviving client makes: fewer under AddressSanitizer, which makes the emulated
+/// guest's clients (and the children that generate and check 100 KB values) many times slower.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr unsigned ops_per_client = 60;
+#else
 constexpr unsigned ops_per_client = 300;
+#endif
 /// Surviving clients in this process (the killed two make 8).
 constexpr unsigned survivors = 6;
 /// Keys each client owns, and keys every client writes.
@@ -226,6 +231,14 @@ future<server_state> state_of(rdma_kv& kvs) {
     co_return st;
 }
 
+/// The server's settings: grants that outlive the slow guest's (and ASan's) worst WRITE queue —
+/// expiry is tested elsewhere; here a grant is dropped only with its killed client.
+kv::rdma_server_config stress_config() {
+    kv::rdma_server_config c;
+    c.grant_timeout = 60s;
+    return c;
+}
+
 /// Every key any client may have written: checked (integrity; a private key against its owner's
 /// model) and deleted.
 future<> check_and_delete_all(kv::internal::rdma_transport& t, const std::vector<survivor>& ss) {
@@ -269,7 +282,7 @@ TEST(kv_rdma_stress, eight_clients_two_killed_no_wrong_value_and_the_server_retu
                 const server_state baseline = co_await state_of(kvs);
                 EXPECT_EQ(baseline.items, 0u);
                 const auto started = std::chrono::steady_clock::now();
-                const auto deadline = started + 150s;
+                const auto deadline = started + 240s;
                 // The two clients that will be killed start first and must be busy before the
                 // others start.
                 child_process putter = spawn_child("putter", kvs.rdma_addr);
@@ -310,7 +323,7 @@ TEST(kv_rdma_stress, eight_clients_two_killed_no_wrong_value_and_the_server_retu
                 try {
                     // The putter is killed a third of the way through, with large PUTs in flight;
                     // its grants are dropped with its connection (nothing else drops grants here).
-                    RDMA_CHECK(co_await eventually([&] { return total() >= all / 3; }, 150000ms));
+                    RDMA_CHECK(co_await eventually([&] { return total() >= all / 3; }, 240000ms));
                     const uint64_t put_before = putter.read().first;
                     RDMA_CHECK(
                         co_await eventually([&] { return putter.read().first > put_before + 2; }, 30000ms));
@@ -325,7 +338,7 @@ TEST(kv_rdma_stress, eight_clients_two_killed_no_wrong_value_and_the_server_retu
                     }
                     EXPECT_GE(dropped, 1u) << "the putter was killed with no grant held";
                     // The getter is killed two thirds of the way, with READs in flight.
-                    RDMA_CHECK(co_await eventually([&] { return total() >= 2 * all / 3; }, 150000ms));
+                    RDMA_CHECK(co_await eventually([&] { return total() >= 2 * all / 3; }, 240000ms));
                     // It is still reading when killed (its count moves).
                     const uint64_t before = getter.read().first;
                     RDMA_CHECK(
@@ -401,7 +414,7 @@ TEST(kv_rdma_stress, eight_clients_two_killed_no_wrong_value_and_the_server_retu
                 }();
                 EXPECT_TRUE(back) << "baseline: " << baseline.text() << "\nnow:      " << now.text();
             },
-            {}, size_t(64) << 20); // 128 MB: no eviction (the private keys' model relies on it)
+            stress_config(), size_t(64) << 20); // 128 MB: no eviction (the private keys' model relies on it)
     });
     EXPECT_EQ(rc, 0);
 }
@@ -422,7 +435,15 @@ future<> putter_loop(kv::internal::rdma_transport& t, unsigned lane, uint64_t& o
     for (uint64_t seq = 1;; ++seq) {
         std::string key = fmt::format("putter:{}", rng() % putter_keys);
         std::string v = make_value(key, 100 + lane, seq, (32 << 10) + rng() % (96 << 10));
-        co_await t.store(kv::internal::store_op::set, key, v, 0, 0, 0);
+        try {
+            co_await t.store(kv::internal::store_op::set, key, v, 0, 0, 0);
+        } catch (const kv::client_error& e) {
+            if (e.code() != kv::client_errc::server) {
+                throw; // the connection is gone: the child ends (the test sees it exit)
+            }
+            // A grant refused as busy or expired under the slow guest's load: the server's
+            // answer, not a fault; the putter is load, it goes on.
+        }
         report(fd, ++ops, 0);
     }
 }
