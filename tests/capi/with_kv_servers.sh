@@ -63,6 +63,6 @@ fi
 echo "with_kv_servers: servers up after $SECONDS s" >&2
 status=0
 t=$SECONDS
-timeout 240 "$@" || status=$?
+timeout 480 "$@" || status=$?
 echo "with_kv_servers: the command took $((SECONDS - t)) s" >&2
 exit "$status"
