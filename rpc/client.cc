@@ -229,7 +229,8 @@ future<> client::connect(net::socket_address addr) {
             const client_options& o = _state->options;
             l = rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
                                          .registration_cache = o.rdma_registration_cache,
-                                         .read_chunk = o.rdma_read_chunk});
+                                         .read_chunk = o.rdma_read_chunk,
+                                         .max_reads = o.rdma_reads_in_flight});
         } else {
             l = stream_link(co_await _transport.connect(addr));
         }

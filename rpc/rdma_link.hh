@@ -42,10 +42,13 @@ struct rdma_link_options {
     size_t registration_cache = size_t(32) << 20;
     /// A body is READ in pieces of at most this many bytes, posted together.
     size_t read_chunk = size_t(1) << 20;
-    /// Body bytes being READ at once, and READ requests posted at once: no further message is
-    /// taken while either is reached (one body may go past them).
+    /// Body bytes being READ at once: no further message is taken while it is reached (one body
+    /// may go past it).
     size_t read_budget = size_t(64) << 20;
-    unsigned max_reads = 16;
+    /// READ requests posted at once before no further message is taken (a body's pieces are
+    /// posted together, so one body may go past it). 1 = one body at a time: on Soft-RoCE
+    /// several bodies in flight were slower (docs/performance.md).
+    unsigned max_reads = 1;
 };
 
 /// This shard's counters of RDMA links.

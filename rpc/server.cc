@@ -276,7 +276,8 @@ struct server::rdma_listening {
                 const server_options& o = shared->options;
                 serve(rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
                                                .registration_cache = o.rdma_registration_cache,
-                                               .read_chunk = o.rdma_read_chunk}));
+                                               .read_chunk = o.rdma_read_chunk,
+                                               .max_reads = o.rdma_reads_in_flight}));
             } catch (...) {
                 rpc_log.warn("cannot serve an RDMA connection: {}", std::current_exception());
             }

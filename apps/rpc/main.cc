@@ -45,6 +45,7 @@ future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::tr
     so.rdma_read_threshold = o.rdma_read_threshold;
     so.rdma_registration_cache = o.rdma_registration_cache;
     so.rdma_read_chunk = o.rdma_read_chunk;
+    so.rdma_reads_in_flight = o.rdma_reads_in_flight;
     co_await servers.start(t, so);
     co_await servers.invoke_on(0, [&addr](rpc::server& s) {
         rpc_bench::register_verbs(s);
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
                  "over RDMA messages: registered bytes each connection keeps for large bodies (0: none)",
                  "32M");
     a.add_option("rdma-read-chunk", "over RDMA messages: a large body is READ in pieces of this size", "1M");
+    a.add_option("rdma-reads-in-flight", "over RDMA messages: READ requests a connection posts at once", "1");
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
@@ -213,6 +215,7 @@ int main(int argc, char** argv) {
         o.rdma_read_threshold = size_t(parse_size(a.get("rdma-read-threshold")));
         o.rdma_registration_cache = size_t(parse_size(a.get("rdma-registration-cache")));
         o.rdma_read_chunk = size_t(parse_size(a.get("rdma-read-chunk")));
+        o.rdma_reads_in_flight = std::max(1u, unsigned(a.get_size("rdma-reads-in-flight")));
         o.label = "rpc-" + t.name;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());

@@ -33,6 +33,7 @@ struct options {
     size_t rdma_read_threshold = size_t(64) << 10;     ///< RDMA message path: bodies over it by READ
     size_t rdma_registration_cache = size_t(32) << 20; ///< RDMA message path: per-connection cache
     size_t rdma_read_chunk = size_t(1) << 20;          ///< RDMA message path: READ piece size
+    unsigned rdma_reads_in_flight = 1;                 ///< RDMA message path: READs posted at once
     std::string label = "rpc";
 };
 

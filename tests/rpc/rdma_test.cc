@@ -158,11 +158,16 @@ TEST(rpc_rdma_path, repeated_large_attachments_are_not_registered_again) {
 }
 
 /// Many large calls at once on one connection: 6 × 1 MB and 2 × 8 MB, each with its own bytes;
-/// their bodies are READ in parallel (several in flight, the 8 MB ones in 1 MiB pieces) and each
+/// with 16 READs allowed in flight their bodies are READ in parallel (several at once, the 8 MB
+/// ones in 1 MiB pieces) and each
 /// caller gets its own bytes back whatever order the READs finish in.
 TEST(rpc_rdma_path, large_bodies_in_flight_together_reach_their_calls) {
     run_body([](rpc_env& env) -> future<> {
-        fixture fx(env);
+        rpc::server_options so;
+        so.rdma_reads_in_flight = 16; // the default (1) READs one body at a time
+        rpc::client_options co;
+        co.rdma_reads_in_flight = 16;
+        fixture fx(env, so, co);
         co_await fx.client.connect(fx.address);
         std::vector<net::temporary_buffer> payloads;
         for (unsigned i = 0; i < 8; ++i) {
