@@ -374,6 +374,15 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         _granted -= f.credits;
         _ctx->srq().release(f.credits); // their receives serve other connections' promises
         _stats.credits_taken_back += f.credits + 1;
+        {
+            // Credits granted but not told yet (waiting to ride on a message) are withdrawn too,
+            // down to the idle window.
+            const uint32_t target = std::max(_opts.idle_credits, _granted - _credits_to_return);
+            const uint32_t cut = _granted > target ? std::min(_granted - target, _credits_to_return) : 0;
+            _granted -= cut;
+            _credits_to_return -= cut;
+            _ctx->srq().release(cut);
+        }
         _window = _opts.idle_credits;
         _calm = 0;
         grant_credits(); // a peer left below the idle window gets it back
