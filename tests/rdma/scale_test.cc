@@ -304,13 +304,20 @@ TEST(scale, a_peer_that_bursts_then_goes_quiet_gives_its_credits_back) {
             }
             co_await std::move(sender);
             EXPECT_GT(peak, idle) << "the window never opened";
+            // Promised now: above the idle window unless the window already closed on its own
+            // during the burst's tail (then there is nothing to give back).
+            const unsigned after_burst = ctx.srq().committed() - base;
             // Quiet: within a few periods the peer hands back what it holds above the idle
             // window and this side withdraws those promises (the control credit the give-back
             // used returns with the peer's next message).
             RDMA_CHECK(co_await eventually([&] { return ctx.srq().committed() - base <= idle; }, 5000ms));
             const uint64_t given =
                 co_await submit_to(1, [] { return shard_connections[0].stats().credits_given_back; });
-            EXPECT_GT(given, 0u);
+            if (after_burst > idle) {
+                EXPECT_GT(given, 0u) << after_burst << " promised after the burst";
+            } else {
+                std::printf("  the window closed by itself during the burst (%u promised)\n", after_burst);
+            }
             EXPECT_EQ(s.stats().credits_taken_back, given);
             EXPECT_GE(ctx.srq().committed() - base, co.idle_credits) << "the idle window is kept";
 
