@@ -408,7 +408,7 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
         _slots[i].conn = this;
     }
     _max_inline = ctx.dev().capabilities().max_inline_data;
-    ctx.add_connection(this, _depth);
+    _cq = ctx.add_connection(this, _depth);
     _in_context = true;
     _id->context = static_cast<cm_handler*>(this);
     _setup_timer.set_callback(
@@ -475,8 +475,8 @@ conn_params connection_impl::local_params() const noexcept {
 
 void connection_impl::create_qp() {
     ibv_qp_init_attr a{};
-    a.send_cq = _ctx->cq();
-    a.recv_cq = _ctx->cq();
+    a.send_cq = _cq;
+    a.recv_cq = _cq;
     a.srq = _ctx->srq().srq();
     a.qp_type = IBV_QPT_RC;
     a.sq_sig_all = 0;
@@ -726,7 +726,17 @@ void connection_impl::close(std::exception_ptr why) noexcept {
         std::exchange(_acceptor, nullptr)->connection_failed(this);
     }
     fail_unposted();
-    fail_stream_waiters();
+    fail_send_waiters();
+    // Completions already queued for this connection (in a CQ, or behind the one being
+    // dispatched) happened before the failure: deliver them (a ring's last doorbells, messages)
+    // before the receivers learn of it. Inside a dispatch that waits for the end of the poll
+    // (destroy_resources), which is before any task runs.
+    if (_ctx->dispatching()) {
+        _fail_receivers_at_reap = true;
+    } else {
+        _ctx->drain_cq();
+        fail_receive_waiters();
+    }
     // The QP is freed at the end of this poll. Requests it executed unsignaled never complete
     // (the error state flushes only unexecuted ones), so there is nothing to wait for: once the
     // QP is destroyed and the CQ drained, whatever is still outstanding is retired.
@@ -764,6 +774,11 @@ void connection_impl::on_qp_event(ibv_event_type type) noexcept {
 void connection_impl::destroy_resources() noexcept {
     if (_resources_gone) {
         return;
+    }
+    if (_fail_receivers_at_reap) {
+        _fail_receivers_at_reap = false;
+        _ctx->drain_cq();
+        fail_receive_waiters();
     }
     if (_qp && _was_established && !_last_wqe && !_last_wqe_wait_over) {
         // The QP is in the error state (close): wait until the device is done with its shared
@@ -815,7 +830,7 @@ void connection_impl::destroy_resources() noexcept {
     _tx_bytes = 0;
     _atomics.reset();
     if (_in_context) {
-        _ctx->remove_connection(this, _depth);
+        _ctx->remove_connection(this, _cq, _depth);
         _in_context = false;
     }
     _state = state::closed;

@@ -75,9 +75,11 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
             }
         }
         _pool = std::make_unique<memory_pool>(_pd, _opts.pool, shard);
-        _cq = std::make_unique<internal::cq_poller>(verbs, _opts.cq_size + _opts.srq_size, _opts.cq_batch,
-                                                    static_cast<internal::cq_poller::hooks&>(*this));
-        _cq_reserved = _opts.srq_size;
+        // Every CQ keeps room for all the SRQ's receives (they may all complete on one CQ).
+        _cq = std::make_unique<internal::cq_poller>(
+            verbs, _opts.cq_size + _opts.srq_size, _opts.srq_size,
+            unsigned(std::max(0, _dev->attributes().orig_attr.max_cqe)), _opts.cq_batch,
+            static_cast<internal::cq_poller::hooks&>(*this));
         _srq = std::make_unique<internal::shared_receive_queue>(
             qp_pd(), *_pool, _opts.srq_size, _opts.recv_buffer_size,
             static_cast<internal::receive_sink&>(*this), _opts.srq_slack);
@@ -127,6 +129,7 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
 }
 
 shard_context::~shard_context() {
+    _give_back_timer.cancel();
     if (!_connections.empty()) {
         ctx_log.error("shard {}: RDMA context destroyed with {} connections", _shard, _connections.size());
     }
@@ -198,7 +201,7 @@ void shard_context::start() {
     _srq->refill(); // the slack, posted once; receives it loses are reposted as they complete
 }
 
-void shard_context::add_connection(internal::connection_impl* c, unsigned send_queue_depth) {
+ibv_cq* shard_context::add_connection(internal::connection_impl* c, unsigned send_queue_depth) {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA context");
     if (_stopping) {
         throw connection_closed("RDMA is shutting down on shard " + std::to_string(_shard));
@@ -210,9 +213,9 @@ void shard_context::add_connection(internal::connection_impl* c, unsigned send_q
         throw connection_error(
             fmt::format("connection limit of {} reached on shard {}", _opts.max_connections, _shard));
     }
-    _cq->ensure_capacity(_cq_reserved + send_queue_depth);
-    _cq_reserved += send_queue_depth;
+    ibv_cq* cq = _cq->reserve(send_queue_depth);
     _connections.push_back(c);
+    return cq;
 }
 
 void shard_context::register_qp(uint32_t qpn, internal::connection_impl* c) {
@@ -223,7 +226,8 @@ void shard_context::unregister_qp(uint32_t qpn) noexcept {
     _qps.erase(qpn);
 }
 
-void shard_context::remove_connection(internal::connection_impl* c, unsigned send_queue_depth) noexcept {
+void shard_context::remove_connection(internal::connection_impl* c, ibv_cq* cq,
+                                      unsigned send_queue_depth) noexcept {
     if (std::find(_connections.begin(), _connections.end(), c) != _connections.end()) {
         _closed_credit_stalls += c->stats().credit_stalls;
     }
@@ -231,11 +235,30 @@ void shard_context::remove_connection(internal::connection_impl* c, unsigned sen
     erase_one(_dirty, c);
     erase_one(_next_round, c);
     erase_one(_starved, c);
-    _cq_reserved -= std::min(_cq_reserved, send_queue_depth);
+    _cq->unreserve(cq, send_queue_depth);
     if (_connections.empty() && _all_closed) {
         _all_closed->set_value();
         _all_closed.reset();
     }
+}
+
+void shard_context::watch_give_back(std::chrono::milliseconds period) noexcept {
+    if (_give_back_period.count() > 0) {
+        return;
+    }
+    _give_back_period = period;
+    _give_back_timer.set_callback([this] {
+        bool again = false;
+        for (size_t i = 0; i < _connections.size(); ++i) {
+            again |= _connections[i]->give_back_idle_credits();
+        }
+        if (again) {
+            _give_back_timer.arm(_give_back_period);
+        } else {
+            _give_back_period = std::chrono::milliseconds(0);
+        }
+    });
+    _give_back_timer.arm(period);
 }
 
 void shard_context::mark_dirty(internal::connection_impl* c) noexcept {

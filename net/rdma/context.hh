@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/future.hh"
+#include "core/timer.hh"
 #include "net/rdma/async_event.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/cq_poller.hh"
@@ -76,8 +77,11 @@ public:
     ibv_pd* qp_pd() const noexcept { return _parent ? _parent : _pd; }
     /// Whether this shard's resources sit on a thread domain (no provider locks).
     bool thread_domain() const noexcept { return _parent != nullptr; }
-    /// The completion queue of every QP of the shard.
+    /// The shard's first completion queue (a shard with many connections has several:
+    /// `stats().cq.cqs`; each connection's QP uses the one `add_connection` gave it).
     ibv_cq* cq() const noexcept { return _cq->cq(); }
+    /// True while the poller dispatches a completion (a completion handler runs).
+    bool dispatching() const noexcept { return _cq->dispatching(); }
     /// The shared receive queue of every QP of the shard.
     internal::shared_receive_queue& srq() noexcept { return *_srq; }
     /// The shard's registered memory.
@@ -95,14 +99,15 @@ public:
 
     // --- used by connections and listeners (internal)
 
-    /// Adds a connection (grows the CQ for its send queue). Throws rdma_error.
-    void add_connection(internal::connection_impl* c, unsigned send_queue_depth);
+    /// Adds a connection and reserves CQ entries for its send queue; returns the CQ its QP must
+    /// use for sends and receives. Throws rdma_error.
+    ibv_cq* add_connection(internal::connection_impl* c, unsigned send_queue_depth);
     /// Routes receives of QP `qpn` to `c`.
     void register_qp(uint32_t qpn, internal::connection_impl* c);
     /// Stops routing receives of QP `qpn` (later ones find no owner and are dropped).
     void unregister_qp(uint32_t qpn) noexcept;
     /// Forgets a connection whose verbs resources are gone.
-    void remove_connection(internal::connection_impl* c, unsigned send_queue_depth) noexcept;
+    void remove_connection(internal::connection_impl* c, ibv_cq* cq, unsigned send_queue_depth) noexcept;
     /// `c` has work requests or credits to post: done once per poll, as one list per QP.
     void mark_dirty(internal::connection_impl* c) noexcept;
     /// Posts for `c` again after the tasks of this reactor round have run (a credit-only
@@ -122,7 +127,7 @@ public:
     void add_listener(internal::listener_impl* l);
     /// Forgets a destroyed listening id.
     void remove_listener(internal::listener_impl* l) noexcept;
-    /// Polls the CQ until empty (used before tearing a connection down).
+    /// Polls the CQs until empty (used before tearing a connection down).
     unsigned drain_cq() noexcept { return _cq->drain(); }
     /// Counts one ibv_post_send carrying `requests` work requests.
     void count_post(unsigned requests) noexcept {
@@ -134,6 +139,11 @@ public:
     /// Handles a device asynchronous event on this shard (QP and SRQ events for what this shard
     /// owns, device-wide ones for all). Shard 0 reads the device's events and sends each here.
     void on_async_event(const internal::async_event& ev) noexcept;
+    /// A connection holds more of its peer's credits than the peer's idle window: from now on
+    /// the shard asks its connections every `period` to hand back what they hold while quiet
+    /// (`connection_impl::give_back_idle_credits`), until none holds any excess. No timer runs
+    /// while no connection does.
+    void watch_give_back(std::chrono::milliseconds period) noexcept;
     /// Counts a QP teardown that saw its last-WQE event (`true`) or gave up waiting for it.
     void count_last_wqe(bool seen) noexcept { ++(seen ? _last_wqe_events : _last_wqe_timeouts); }
     /// Why the device can no longer be used (null while it can).
@@ -178,7 +188,6 @@ private:
     std::vector<internal::connection_impl*> _graveyard;
     std::vector<internal::acceptor*> _acceptors;
     std::vector<internal::listener_impl*> _listeners;
-    unsigned _cq_reserved = 0;
     uint64_t _post_send_calls = 0;
     uint64_t _send_requests = 0;
     uint64_t _cm_events = 0;
@@ -188,6 +197,8 @@ private:
     uint64_t _srq_limit_events = 0;
     uint64_t _closed_credit_stalls = 0; // credit_stalls of connections already removed
     std::exception_ptr _device_failure;
+    timer<> _give_back_timer;
+    std::chrono::milliseconds _give_back_period{0}; // 0: the timer is not armed
     bool _stopping = false;
     std::optional<promise<>> _all_closed;
 };

@@ -29,6 +29,10 @@ struct connection_options {
     unsigned idle_credits = 2;
     /// Receives reserved for the peer's credit-only messages.
     unsigned ctrl_credits = 2;
+    /// A connection that sent nothing for this long (between one and two of it) while holding
+    /// more of the peer's credits than the peer's idle window hands the rest back, so a peer
+    /// that bursts and goes quiet does not keep the receiver's buffers pinned. 0: never.
+    std::chrono::milliseconds give_back_after{1000};
     /// Every k-th send is signaled (others are unsignaled and retired by the next signaled).
     unsigned signal_every = 16;
     /// Bytes a stream may queue before `put` waits (back-pressure towards the writer).
@@ -61,7 +65,9 @@ struct options {
     /// flight, so the default covers one such peer; the SRQ limit event refills the slack when
     /// half of it is gone.
     unsigned srq_slack = 128;
-    /// Initial CQ entries of a shard (the CQ grows by each connection's send queue depth).
+    /// CQ entries of a shard's first CQ beside the `srq_size` every CQ keeps for receives; each
+    /// connection reserves its send queue depth, CQs grow up to the device's `max_cqe` and when
+    /// none can, another CQ is made (rxe caps a CQ at 32,767 entries).
     unsigned cq_size = 4096;
     /// Connections (accepted and connecting) a shard holds at most; beyond it connects fail
     /// and connect requests are rejected with "connection limit of N reached on shard S".

@@ -29,7 +29,7 @@ struct conn_params {
 };
 
 inline constexpr uint32_t conn_magic = 0x53484f4c; // "SHOL"
-inline constexpr uint16_t conn_version = 1;
+inline constexpr uint16_t conn_version = 2;        // 2: the give_back message kind
 inline constexpr size_t conn_params_size = 40;
 
 /// Serializes `p` into the wire layout above.
@@ -44,8 +44,11 @@ std::string encode_reject_reason(const std::string& reason);
 std::optional<std::string> decode_reject_reason(std::span<const uint8_t> data);
 
 /// What a stream message carries in its immediate data (host order before htonl):
-///   bits 31-30 kind, bits 29-24 control credits returned, bits 23-0 data credits returned.
-enum class msg_kind : uint8_t { data = 0, ctrl = 1, fin = 2 };
+///   bits 31-30 kind, bits 29-24 control credits returned, bits 23-0 data credits returned —
+///   except in a `give_back`, where bits 23-0 are the data credits the sender hands back unused
+///   (it went quiet holding more than the receiver's idle window; the receiver releases their
+///   receives). `ctrl` and `give_back` use one of the receiver's control credits.
+enum class msg_kind : uint8_t { data = 0, ctrl = 1, fin = 2, give_back = 3 };
 /// The immediate data of a stream message, unpacked.
 struct imm_fields {
     msg_kind kind = msg_kind::data;
@@ -60,7 +63,7 @@ inline uint32_t encode_imm(const imm_fields& f) noexcept {
     return (uint32_t(f.kind) << 30) | ((f.ctrl_credits & max_imm_ctrl_credits) << 24) |
            (f.credits & max_imm_credits);
 }
-/// Unpacks host-order immediate data; kind 3 is not valid and is reported as is.
+/// Unpacks host-order immediate data.
 inline imm_fields decode_imm(uint32_t v) noexcept {
     return imm_fields{msg_kind(v >> 30), v & max_imm_credits, (v >> 24) & max_imm_ctrl_credits};
 }

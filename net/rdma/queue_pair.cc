@@ -280,6 +280,18 @@ bool connection_impl::consume_data_credit() noexcept {
     return true;
 }
 
+bool connection_impl::consume_ctrl_credit() noexcept {
+    if (_ctrl_granted == 0) {
+        return false;
+    }
+    --_ctrl_granted;
+    _ctx->srq().consumed();
+    if (++_ctrl_to_return >= _opts.ctrl_credits) {
+        need_post(); // the peer used them all: they go back on a message of their own if need be
+    }
+    return true;
+}
+
 void connection_impl::adapt_window() noexcept {
     // The peer is busy when this message left it less than a quarter of the window (credits
     // coming back travel on data or, at half a window, on a message of their own, so a calm
@@ -331,21 +343,49 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         return;
     }
     imm_fields f = decode_imm(ntohl(wc.imm_data));
-    _send_credits += f.credits;
+    if (f.kind != msg_kind::give_back) {
+        _send_credits += f.credits;
+        if (f.credits && _send_credits > std::max(1u, uint32_t(_peer.credits)) &&
+            _opts.give_back_after.count() > 0) {
+            _ctx->watch_give_back(_opts.give_back_after); // more than the peer's idle window
+        }
+    }
     _send_ctrl_credits += f.ctrl_credits;
     switch (f.kind) {
     case msg_kind::ctrl:
-        if (_ctrl_granted == 0) {
+        if (!consume_ctrl_credit()) {
             protocol_error("a credit message without a control credit");
             return;
         }
-        --_ctrl_granted;
-        _ctx->srq().consumed();
-        ++_ctrl_to_return;
         ++_stats.ctrl_received;
-        if (_ctrl_to_return >= _opts.ctrl_credits) {
-            need_post();
+        break;
+    case msg_kind::give_back:
+        // It travels on one of the credits it gives back (a control credit may be owed to it).
+        if (!consume_data_credit()) {
+            protocol_error("a give-back without a credit");
+            return;
         }
+        // The peer holds at most what it was told of; it hands those back unused.
+        if (f.credits > _granted - _credits_to_return) {
+            protocol_error(fmt::format("gave back {} more credits, holding at most {}", f.credits,
+                                       _granted - _credits_to_return));
+            return;
+        }
+        _granted -= f.credits;
+        _ctx->srq().release(f.credits); // their receives serve other connections' promises
+        _stats.credits_taken_back += f.credits + 1;
+        {
+            // Credits granted but not told yet (waiting to ride on a message) are withdrawn too,
+            // down to the idle window.
+            const uint32_t target = std::max(_opts.idle_credits, _granted - _credits_to_return);
+            const uint32_t cut = _granted > target ? std::min(_granted - target, _credits_to_return) : 0;
+            _granted -= cut;
+            _credits_to_return -= cut;
+            _ctx->srq().release(cut);
+        }
+        _window = _opts.idle_credits;
+        _calm = 0;
+        grant_credits(); // a peer left below the idle window gets it back
         break;
     case msg_kind::fin:
         if (!consume_data_credit()) {
@@ -415,6 +455,32 @@ void connection_impl::grant_credits() noexcept {
     if (_credits_to_return) {
         need_post();
     }
+}
+
+bool connection_impl::give_back_idle_credits() noexcept {
+    const uint32_t keep = std::max(1u, uint32_t(_peer.credits)); // the peer's idle window
+    if (_state != state::established || _fin_posted || _send_credits <= keep) {
+        return false;
+    }
+    if (_sent_since_sweep) {
+        _sent_since_sweep = false;
+        return true; // not quiet yet
+    }
+    if (_reserved_credits || !_space_waiters.empty() || !tx_empty() || free_slots() <= 1) {
+        return true; // busy after all: later
+    }
+    // The message itself uses one of the credits handed back; bits 23-0 carry the others.
+    const uint32_t k = std::min(_send_credits - keep, max_imm_credits);
+    send_slot& s = next_slot();
+    s.kind = send_slot::op::ctrl;
+    s.wr.opcode = IBV_WR_SEND_WITH_IMM;
+    s.wr.num_sge = 0;
+    s.wr.sg_list = nullptr;
+    s.wr.imm_data = htonl(encode_imm({msg_kind::give_back, k - 1, take_ctrl_returns()}));
+    _send_credits -= k;
+    _stats.credits_given_back += k;
+    append(s);
+    return false;
 }
 
 bool connection_impl::retry_credits() noexcept {

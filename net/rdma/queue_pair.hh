@@ -46,6 +46,10 @@ struct connection_stats {
     uint64_t unsignaled = 0;          ///< unsignaled send requests
     uint64_t one_sided_ops = 0;       ///< READ/WRITE/atomics posted
     uint64_t immediates_received = 0; ///< WRITE_WITH_IMM events received
+    /// Send credits handed back to the peer after a quiet period (its receives were released).
+    uint64_t credits_given_back = 0;
+    /// Credits the peer handed back (this side released their receives).
+    uint64_t credits_taken_back = 0;
 };
 
 namespace internal {
@@ -189,6 +193,11 @@ public:
     void on_receive(const ibv_wc& wc, buffer& buf) noexcept;
     /// Retries getting receive buffers for credits owed to the peer; true when satisfied.
     bool retry_credits() noexcept;
+    /// Called by the shard every `give_back_after`: a connection that sent nothing since the
+    /// last call and holds more send credits than the peer's idle window hands the excess back
+    /// (one `give_back` message), so the peer releases their receives. Returns true while it
+    /// still holds an excess (call again later).
+    bool give_back_idle_credits() noexcept;
     /// Frees the QP and the id (at the end of a poll); deletes this when no user holds it. A QP
     /// that was connected is first left in the error state until the device reports its last
     /// shared receive consumed (IBV_EVENT_QP_LAST_WQE_REACHED, or `last_wqe_timeout`), then the
@@ -303,6 +312,9 @@ private:
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
     bool consume_data_credit() noexcept;
+    /// A credit-only or give-back message arrived: uses one of the control credits granted to the
+    /// peer (false when it had none: a protocol error).
+    bool consume_ctrl_credit() noexcept;
     /// After a data message: opens the receive window while the peer runs low on credits, closes
     /// it towards `idle_credits` after a window of messages where it did not.
     void adapt_window() noexcept;
@@ -365,7 +377,11 @@ private:
     void deliver_rx(net::temporary_buffer buf) noexcept;
     /// A WRITE_WITH_IMM's immediate arrived: to `next_immediate`, or to its tag's channel.
     void deliver_immediate(uint32_t imm) noexcept;
-    void fail_stream_waiters() noexcept;
+    /// Fails the pending read, `next_immediate` and tag channels (after the CQ was drained:
+    /// what completed before the failure is delivered first).
+    void fail_receive_waiters() noexcept;
+    /// Fails writers, flushes, the pending close and queued one-sided operations.
+    void fail_send_waiters() noexcept;
 
     shard_context* _ctx;
     unsigned _shard;
@@ -386,7 +402,8 @@ private:
     bool _resources_gone = false;
     bool _dirty = false;
     bool _starved = false;
-    bool _tx_starved = false; // the last transmit found the pool dry
+    bool _sent_since_sweep = false; // a credit was used since the last give_back_idle_credits
+    bool _tx_starved = false;       // the last transmit found the pool dry
     bool _disconnect_sent = false;
     bool _was_established = false; // its QP may have consumed shared receives
     bool _last_wqe = false;        // IBV_EVENT_QP_LAST_WQE_REACHED seen
@@ -403,6 +420,8 @@ private:
 
     // send ring: slots [_tail, _posted) are posted, [_posted, _head) wait for post_pending
     unsigned _depth;
+    ibv_cq* _cq = nullptr;                // the shard CQ (of several) its sends and receives complete on
+    bool _fail_receivers_at_reap = false; // closed inside a dispatch: completions may still follow
     std::unique_ptr<send_slot[]> _slots;
     uint64_t _head = 0;
     uint64_t _posted = 0;

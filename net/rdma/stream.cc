@@ -185,7 +185,7 @@ void connection_impl::stream_abort() noexcept {
         connection_closed("RDMA connection to " + _peer_addr.to_string() + " was aborted by this side")));
 }
 
-void connection_impl::fail_stream_waiters() noexcept {
+void connection_impl::fail_receive_waiters() noexcept {
     std::exception_ptr ex = _error ? _error : closed_error();
     if (_rx_waiter) {
         auto pr = std::move(*_rx_waiter);
@@ -205,6 +205,10 @@ void connection_impl::fail_stream_waiters() noexcept {
         pr.set_exception(ex);
     }
     fail_tag_waiters(ex);
+}
+
+void connection_impl::fail_send_waiters() noexcept {
+    std::exception_ptr ex = _error ? _error : closed_error();
     for (auto& w : _put_waiters) {
         w.set_exception(ex);
     }
@@ -249,6 +253,7 @@ void connection_impl::transmit() noexcept {
         s.wr.sg_list = nullptr;
         s.wr.imm_data = htonl(encode_imm({msg_kind::fin, take_credit_returns(), take_ctrl_returns()}));
         --_send_credits;
+        _sent_since_sweep = true;
         _fin_posted = true;
         append(s);
     }
@@ -479,6 +484,7 @@ future<net::accept_result> stream_server_socket::accept() {
 void connection_impl::append_data_message(send_slot& s, size_t n) noexcept {
     s.wr.imm_data = htonl(encode_imm({msg_kind::data, take_credit_returns(), take_ctrl_returns()}));
     --_send_credits;
+    _sent_since_sweep = true;
     ++_stats.messages_sent;
     _stats.bytes_sent += n;
     append(s);

@@ -313,3 +313,58 @@ TEST(ring_channel, a_broken_connection_fails_pending_operations_and_a_new_one_re
     });
     EXPECT_EQ(rc, 0);
 }
+
+TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_record) {
+    // Issue 13: the disconnect can overtake the last doorbells (their receive completions still
+    // in the consumer's CQ when the break is handled). Each round, the producer (shard 1) sends
+    // N records, and the moment the last one resolved drops the producer and its connection;
+    // the consumer (shard 0, already waiting) must receive all N, in order, then the error.
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr unsigned rounds = 20, n = 300;
+        constexpr size_t capacity = 64 << 10;
+        pattern_source src(capacity);
+        const pattern_source* srcp = &src;
+        unsigned complete_rounds = 0;
+        for (unsigned round = 0; round < rounds; ++round) {
+            const auto a = addr(next_port());
+            consumer_side cs(capacity, a);
+            auto accepted = cs.accept();
+            auto produced = submit_to(1, [a, srcp]() -> future<> {
+                rdma::connection c = co_await rdma::connect_rc(a);
+                auto p = std::make_unique<rdma::ring_producer>(
+                    co_await rdma::ring_producer::open(c, *c.peer_region()));
+                std::vector<future<>> sent;
+                for (unsigned i = 0; i < n; ++i) {
+                    sent.push_back(p->send(srcp->message(i, 1 + (i * 37) % 200)));
+                }
+                co_await when_all_succeed(std::move(sent));
+                p.reset(); // closes the connection at once
+                c = rdma::connection();
+            });
+            co_await std::move(accepted);
+            unsigned got = 0;
+            std::string err;
+            for (;;) {
+                try {
+                    std::span<const char> m = co_await cs.ring.receive();
+                    std::string bad = mismatch(m, got, 1 + (got * 37) % 200);
+                    EXPECT_EQ(bad, "") << "round " << round;
+                    ++got;
+                } catch (const std::exception& e) {
+                    err = e.what();
+                    break;
+                }
+            }
+            co_await std::move(produced);
+            EXPECT_EQ(got, n) << "round " << round << ": " << err;
+            EXPECT_NE(err.find("closed"), std::string::npos) << err;
+            complete_rounds += got == n;
+            cs.ring = rdma::ring_consumer();
+            cs.conn = rdma::connection();
+        }
+        std::printf("  %u of %u rounds delivered every record\n", complete_rounds, rounds);
+        EXPECT_TRUE(co_await all_connections_gone());
+        EXPECT_EQ(buffers_held(), 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}

@@ -1,7 +1,8 @@
 // Limits and scale (Soft-RoCE guest): the accept backlog and the per-shard connection cap
 // reject with a reason the connecting side sees; one shard holds many idle connections in
 // bounded registered memory; a connection's receive window opens while its peer is busy and
-// closes back to the idle window when it calms down.
+// closes back to the idle window when it calms down, and a peer that bursts then goes quiet
+// hands the credits above the idle window back.
 #include "rdma_test_util.hh"
 
 #include "core/timer.hh"
@@ -59,6 +60,15 @@ struct offering_listener {
         l = rdma::listen_rc(a, lo);
     }
 };
+
+/// Connects once from shard 1 (which keeps the connection in `shard_connections`) to `srv` on
+/// this shard and returns the accepted side.
+future<rdma::connection> accept_one_from_shard_1(offering_listener& srv, net::socket_address a) {
+    auto accepted = srv.l.accept();
+    co_await submit_to(1,
+                       [a] { return connect_many(a, 1, 1, rdma::shard_context::local().opts().connection); });
+    co_return co_await std::move(accepted);
+}
 
 } // namespace
 
@@ -127,26 +137,28 @@ struct footprint {
     unsigned committed;
     uint64_t in_use_bytes;
     uint64_t registered_bytes;
+    uint64_t cqs;
+    uint64_t cq_entries;
 };
 
 footprint measure() {
     auto& ctx = rdma::shard_context::local();
-    return {ctx.srq().committed(), ctx.pool().stats().in_use_bytes, ctx.pool().stats().registered_bytes};
+    const auto cq = ctx.stats().cq;
+    return {ctx.srq().committed(), ctx.pool().stats().in_use_bytes, ctx.pool().stats().registered_bytes,
+            cq.cqs, cq.entries};
 }
 
 } // namespace
 
 TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
     const unsigned n = idle_connection_count();
-    rdma::options o = test_options();
-    // The default receive window (2 data + 2 control credits); two per-connection costs made
-    // smaller than the defaults: a send queue of 16 (each connection grows the CQ by it; rxe's
-    // CQ holds at most 32767 entries) and 4 KiB receive buffers (at 64 KiB, 1,000 idle windows
-    // pin 250 MiB); an SRQ with room for every connection's idle window plus the slack.
-    o.connection.send_queue_depth = 16;
-    o.recv_buffer_size = 4096;
-    o.srq_size = 4 * n + 1024;
-    o.pool.max_bytes = size_t(128) << 20;
+    // The library's defaults (send queues of 128, 64 KiB receive buffers, the default receive
+    // window, CQ and SRQ sizes): only the device is chosen, and the pool's budget is raised from
+    // 256 MiB to what 1,000 idle windows pin (4 receives × 64 KiB each, 250 MiB, over the
+    // default pool's 85 % watermark: about 870 fit; the watermark test covers refusals).
+    rdma::options o;
+    o.device.name = env().device;
+    o.pool.max_bytes = size_t(320) << 20;
     const unsigned per_conn = o.connection.idle_credits + o.connection.ctrl_credits;
     int rc = run_rdma(
         2,
@@ -174,11 +186,12 @@ TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
             EXPECT_LE(idle.in_use_bytes - before.in_use_bytes, bound);
             std::printf("%u idle connections on one shard (set up in %lld ms): %u receives promised, "
                         "%llu KiB of pool memory in use (%llu B per connection), %llu MiB registered, "
-                        "CQ %d entries\n",
+                        "%llu CQs of %llu entries in all\n",
                         n, (long long)setup_ms.count(), idle.committed - before.committed,
                         (unsigned long long)((idle.in_use_bytes - before.in_use_bytes) >> 10),
                         (unsigned long long)((idle.in_use_bytes - before.in_use_bytes) / n),
-                        (unsigned long long)(idle.registered_bytes >> 20), ctx.cq()->cqe);
+                        (unsigned long long)(idle.registered_bytes >> 20), (unsigned long long)idle.cqs,
+                        (unsigned long long)idle.cq_entries);
 
             // They work: a WRITE over each of the first few (each QP, each rkey check).
             co_await submit_to(1, []() -> future<> {
@@ -205,13 +218,9 @@ TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
             const auto a = addr(next_port());
             auto& ctx = rdma::shard_context::local();
             offering_listener srv(a, 256);
-            rdma::listener& l = srv.l;
             const unsigned base = ctx.srq().committed();
             const auto& co = ctx.opts().connection;
-            auto accepted = l.accept();
-            co_await submit_to(
-                1, [a] { return connect_many(a, 1, 1, rdma::shard_context::local().opts().connection); });
-            rdma::connection s = co_await std::move(accepted);
+            rdma::connection s = co_await accept_one_from_shard_1(srv, a);
             RDMA_CHECK(co_await eventually(
                 [&] { return ctx.srq().committed() == base + co.idle_credits + co.ctrl_credits; }));
 
@@ -253,6 +262,79 @@ TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
             EXPECT_LT(after, peak);
             co_await submit_to(1, [] { shard_connections.clear(); });
             s = rdma::connection();
+            srv.exported.revoke();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        o);
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(scale, a_peer_that_bursts_then_goes_quiet_gives_its_credits_back) {
+    rdma::options o = test_options();
+    o.connection.give_back_after = 100ms;
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            const auto a = addr(next_port());
+            auto& ctx = rdma::shard_context::local();
+            offering_listener srv(a, 256);
+            const unsigned base = ctx.srq().committed();
+            const auto& co = ctx.opts().connection;
+            const unsigned idle = co.idle_credits + co.ctrl_credits;
+            rdma::connection s = co_await accept_one_from_shard_1(srv, a);
+            RDMA_CHECK(co_await eventually([&] { return ctx.srq().committed() == base + idle; }));
+
+            // A burst of 256 immediates opens the window; all read, the peer holds the credits
+            // that came back and goes quiet.
+            auto burst = [](unsigned n, unsigned first) {
+                return submit_to(1, [n, first]() -> future<> {
+                    auto& c = shard_connections[0];
+                    std::vector<future<>> ops;
+                    for (unsigned i = 0; i < n; ++i) {
+                        ops.push_back(c.write_with_imm({}, *c.peer_region(), 0, first + i));
+                    }
+                    co_await when_all_succeed(std::move(ops));
+                });
+            };
+            auto sender = burst(256, 0);
+            unsigned peak = 0;
+            for (unsigned i = 0; i < 256; ++i) {
+                EXPECT_EQ(co_await s.next_immediate(), i);
+                peak = std::max(peak, ctx.srq().committed() - base);
+            }
+            co_await std::move(sender);
+            EXPECT_GT(peak, idle) << "the window never opened";
+            // Promised now: above the idle window unless the window already closed on its own
+            // during the burst's tail (then there is nothing to give back).
+            const unsigned after_burst = ctx.srq().committed() - base;
+            // Quiet: within a few periods the peer hands back what it holds above the idle
+            // window and this side withdraws those promises (the control credit the give-back
+            // used returns with the peer's next message).
+            RDMA_CHECK(co_await eventually([&] { return ctx.srq().committed() - base <= idle; }, 5000ms));
+            const uint64_t given =
+                co_await submit_to(1, [] { return shard_connections[0].stats().credits_given_back; });
+            if (after_burst > idle) {
+                EXPECT_GT(given, 0u) << after_burst << " promised after the burst";
+            } else {
+                std::printf("  the window closed by itself during the burst (%u promised)\n", after_burst);
+            }
+            EXPECT_EQ(s.stats().credits_taken_back, given);
+            EXPECT_GE(ctx.srq().committed() - base, co.idle_credits) << "the idle window is kept";
+
+            // The receives it gave back serve the next connection: nothing new is posted for it.
+            const unsigned posted = ctx.srq().posted();
+            rdma::connection s2 = co_await accept_one_from_shard_1(srv, a);
+            EXPECT_LE(ctx.srq().posted(), posted);
+
+            // The quiet connection still works, its window opening again under a new burst.
+            auto again = burst(64, 1000);
+            for (unsigned i = 0; i < 64; ++i) {
+                EXPECT_EQ(co_await s.next_immediate(), 1000 + i);
+            }
+            co_await std::move(again);
+            co_await submit_to(1, [] { shard_connections.clear(); });
+            s = rdma::connection();
+            s2 = rdma::connection();
             srv.exported.revoke();
             EXPECT_TRUE(co_await all_connections_gone());
         },

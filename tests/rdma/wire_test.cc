@@ -68,7 +68,7 @@ TEST(private_data, reject_reason_round_trips) {
 }
 
 TEST(immediate, packs_kind_and_credits) {
-    for (auto kind : {msg_kind::data, msg_kind::ctrl, msg_kind::fin}) {
+    for (auto kind : {msg_kind::data, msg_kind::ctrl, msg_kind::fin, msg_kind::give_back}) {
         imm_fields f{kind, 123456, 17};
         auto g = decode_imm(encode_imm(f));
         EXPECT_EQ(g.kind, kind);
