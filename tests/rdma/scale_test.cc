@@ -296,40 +296,43 @@ TEST(scale, a_peer_that_bursts_then_goes_quiet_gives_its_credits_back) {
                     co_await when_all_succeed(std::move(ops));
                 });
             };
-            auto sender = burst(256, 0);
-            unsigned peak = 0;
-            for (unsigned i = 0; i < 256; ++i) {
-                EXPECT_EQ(co_await s.next_immediate(), i);
-                peak = std::max(peak, ctx.srq().committed() - base);
+            // Each round: a burst opens the window, then quiet. The outcome asserted every round is
+            // that the promised receives come back to the idle window. Whether a round exercises
+            // the give-back depends on timing (the window may close on its own during the burst's
+            // tail, then there is nothing to give back), so rounds repeat until one gives back.
+            uint64_t given = 0;
+            unsigned first = 0;
+            for (unsigned round = 0; round < 5 && given == 0; ++round, first += 256) {
+                auto sender = burst(256, first);
+                for (unsigned i = 0; i < 256; ++i) {
+                    EXPECT_EQ(co_await s.next_immediate(), first + i);
+                }
+                co_await std::move(sender);
+                const unsigned after_burst = ctx.srq().committed() - base;
+                // Quiet: within a few periods the peer hands back what it holds above the idle
+                // window and this side withdraws those promises (the control credit the
+                // give-back used returns with the peer's next message).
+                RDMA_CHECK(co_await eventually([&] { return ctx.srq().committed() - base <= idle; }, 5000ms));
+                given = co_await submit_to(1, [] { return shard_connections[0].stats().credits_given_back; });
+                std::printf("  round %u: %u promised after the burst, %lu given back\n", round, after_burst,
+                            static_cast<unsigned long>(given));
             }
-            co_await std::move(sender);
-            EXPECT_GT(peak, idle) << "the window never opened";
-            // Promised now: above the idle window unless the window already closed on its own
-            // during the burst's tail (then there is nothing to give back).
-            const unsigned after_burst = ctx.srq().committed() - base;
-            // Quiet: within a few periods the peer hands back what it holds above the idle
-            // window and this side withdraws those promises (the control credit the give-back
-            // used returns with the peer's next message).
-            RDMA_CHECK(co_await eventually([&] { return ctx.srq().committed() - base <= idle; }, 5000ms));
-            const uint64_t given =
-                co_await submit_to(1, [] { return shard_connections[0].stats().credits_given_back; });
-            if (after_burst > idle) {
-                EXPECT_GT(given, 0u) << after_burst << " promised after the burst";
-            } else {
-                std::printf("  the window closed by itself during the burst (%u promised)\n", after_burst);
-            }
-            EXPECT_EQ(s.stats().credits_taken_back, given);
+            EXPECT_GT(given, 0u) << "no round gave credits back";
+            RDMA_CHECK(co_await eventually([&] { return s.stats().credits_taken_back == given; }));
             EXPECT_GE(ctx.srq().committed() - base, co.idle_credits) << "the idle window is kept";
 
             // The receives it gave back serve the next connection: nothing new is posted for it.
+            // (A small give-back may leave fewer spare receives than a new window needs: then only
+            // the difference is posted.)
             const unsigned posted = ctx.srq().posted();
+            const long spare = long(posted) - long(ctx.srq().committed()) - long(ctx.srq().slack());
             rdma::connection s2 = co_await accept_one_from_shard_1(srv, a);
-            EXPECT_LE(ctx.srq().posted(), posted);
+            EXPECT_LE(long(ctx.srq().posted()), long(posted) + std::max(0L, long(idle) - spare));
 
             // The quiet connection still works, its window opening again under a new burst.
-            auto again = burst(64, 1000);
+            auto again = burst(64, 100000);
             for (unsigned i = 0; i < 64; ++i) {
-                EXPECT_EQ(co_await s.next_immediate(), 1000 + i);
+                EXPECT_EQ(co_await s.next_immediate(), 100000 + i);
             }
             co_await std::move(again);
             co_await submit_to(1, [] { shard_connections.clear(); });
