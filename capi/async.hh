@@ -55,4 +55,16 @@ int start_async(std::shared_ptr<State> st, const char* what, Fn fn, Report repor
     return SHOAL_OK;
 }
 
+/// start_async for work that yields no value: `fn(State&)` returns a future<>, and its outcome
+/// goes to `done(user, status, error text or NULL)`.
+template <typename State, typename Fn>
+int start_async_done(std::shared_ptr<State> st, const char* what, Fn fn, shoal_done_cb done, void* user) {
+    return start_async(
+        std::move(st), what,
+        [fn = std::move(fn)](State& s) {
+            return futurize_invoke(fn, s).then([] { return async_result<int>{}; });
+        },
+        [done, user](int status, const char* error, async_result<int>*) { done(user, status, error); });
+}
+
 } // namespace shoal::capi

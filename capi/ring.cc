@@ -350,10 +350,7 @@ int async_send(shoal_ring_producer* p, size_t size, shoal_done_cb done, const ch
                                       " bytes exceeds the ring's largest of " +
                                       std::to_string(st->max_message()));
     }
-    return start_async(
-        st, what,
-        [fn = std::move(fn)](producer_state& s) { return fn(s).then([] { return async_result<int>{}; }); },
-        [done, user](int status, const char* error, async_result<int>*) { done(user, status, error); });
+    return start_async_done(st, what, std::move(fn), done, user);
 }
 
 } // namespace

@@ -9,7 +9,7 @@
 namespace shoal::capi {
 
 void shard_handle::close() noexcept {
-    if (_closed.exchange(true, std::memory_order_acq_rel)) {
+    if (!begin_close()) {
         return;
     }
     auto f = _rt->engine().submit(_shard, [this] { return close_on_shard(); });
@@ -22,19 +22,25 @@ void shard_handle::close() noexcept {
 }
 
 void shard_handle::close_later() noexcept {
-    if (_closed.exchange(true, std::memory_order_acq_rel)) {
+    if (!begin_close()) {
         return;
     }
     // submit, not post: stopping the engine waits for the close. The std::future is dropped;
     // the function (holding the state) lives until the close is done.
     try {
-        (void)_rt->engine().submit(_shard, [self = shared_from_this()] {
-            return self->close_on_shard().finally([self] { self->_rt->forget(self.get()); });
-        });
+        (void)_rt->engine().submit(_shard, [self = shared_from_this()] { return self->finish_close(); });
     } catch (...) {
-        abandon();
-        _rt->forget(this);
+        close_refused();
     }
+}
+
+future<> shard_handle::finish_close() noexcept {
+    return close_on_shard().finally([self = shared_from_this()] { self->_rt->forget(self.get()); });
+}
+
+void shard_handle::close_refused() noexcept {
+    abandon();
+    _rt->forget(this);
 }
 
 int check_handle(const shard_handle* h, const char* what, const char* kind, bool blocking) {
@@ -73,7 +79,7 @@ void close_for_destroy(shard_handle& h) noexcept {
 
 int track_opened(runtime_state& rt, const std::shared_ptr<shard_handle>& h, const char* what) {
     if (!rt.track(h)) {
-        h->close();
+        close_for_destroy(*h); // without waiting for itself on a shard thread (a callback)
         return fail(SHOAL_ECLOSED, std::string(what) + ": the runtime is stopping");
     }
     return SHOAL_OK;

@@ -34,6 +34,14 @@ public:
     /// Closes it from a shard thread (a callback): marks it closed and hands the close to its
     /// shard without waiting; the state lives until that close is done. Idempotent.
     void close_later() noexcept;
+    /// Marks it closed (later calls are refused); true for the one call that did, which must
+    /// then close it: with `finish_close` on its shard, or `close_refused` when the engine
+    /// refused that work.
+    bool begin_close() noexcept { return !_closed.exchange(true, std::memory_order_acq_rel); }
+    /// On its shard, after `begin_close` returned true: closes it and stops tracking it.
+    future<> finish_close() noexcept;
+    /// After `begin_close` returned true, when its shard is gone: lets go of its objects.
+    void close_refused() noexcept;
 
 protected:
     /// Closes the object on its shard (called once).
@@ -61,8 +69,8 @@ int close_handle(shard_handle* h, const char* what, const char* kind);
 /// shard without waiting).
 void close_for_destroy(shard_handle& h) noexcept;
 
-/// Tracks a freshly opened handle on `rt`; when the runtime is stopping, closes it and fails
-/// with SHOAL_ECLOSED.
+/// Tracks a freshly opened handle on `rt`; when the runtime is stopping, closes it (on a shard
+/// thread without waiting) and fails with SHOAL_ECLOSED.
 int track_opened(runtime_state& rt, const std::shared_ptr<shard_handle>& h, const char* what);
 
 /// Checks that `shard` exists in `rt` and that the runtime runs (SHOAL_EINVAL/SHOAL_ECLOSED).
