@@ -2,6 +2,7 @@
 // behind the C ABI. A pool handle lives on one shard with its peer connections; its leases
 // live on the same shard.
 
+#include "capi/async.hh"
 #include "capi/buffer.hh"
 #include "capi/shard_handle.hh"
 #include "capi/status.hh"
@@ -145,9 +146,9 @@ int check(const shoal_pool* p, const char* what, bool blocking) {
     return check_handle(p ? p->state.get() : nullptr, what, "pool", blocking);
 }
 
-/// Checks `l` and that [offset, offset + size) lies inside it.
-int check(const shoal_lease* l, uint64_t offset, size_t size, const char* what) {
-    if (int rc = check_handle(l ? l->state.get() : nullptr, what, "lease", true); rc != SHOAL_OK) {
+/// Checks `l` (see check_handle) and that [offset, offset + size) lies inside it.
+int check(const shoal_lease* l, uint64_t offset, size_t size, const char* what, bool blocking = true) {
+    if (int rc = check_handle(l ? l->state.get() : nullptr, what, "lease", blocking); rc != SHOAL_OK) {
         return rc;
     }
     if (l->state->pool().closed()) {
@@ -166,6 +167,56 @@ template <typename Fn>
 int on_lease_shard(shoal_lease* l, Fn fn) {
     auto st = l->state;
     st->runtime().engine().submit(st->shard(), [st, fn] { return fn(*st); }).get();
+    return SHOAL_OK;
+}
+
+/// The _async form of a read or write of [offset, offset + size) of `l`: checked here (no
+/// blocking check), `fn(lease state)` returning a future<> runs on the shard, `done` reports it.
+template <typename Fn>
+int lease_async(shoal_lease* l, uint64_t offset, size_t size, shoal_done_cb done, void* user,
+                const char* what, Fn fn) {
+    if (int rc = check(l, offset, size, what, false); rc != SHOAL_OK) {
+        return rc;
+    }
+    if (!done) {
+        return fail(SHOAL_EINVAL, std::string(what) + ": NULL callback");
+    }
+    return start_async_done(l->state, what, std::move(fn), done, user);
+}
+
+/// A transfer without a copy between [offset, offset + size) of `l` and `size` bytes at
+/// `buf_offset` of `buf` (`write`: into the lease), checked here and handed to the lease's shard
+/// by `run(fn)`, blocking or not. The span is taken on the shard and holds the memory until the
+/// transfer completed: work handed to a shard runs in order, so a shoal_buffer_free made after
+/// the call returned comes after it.
+template <typename Run>
+int buffer_transfer(shoal_lease* l, uint64_t offset, const shoal_buffer* buf, size_t buf_offset, size_t size,
+                    bool write, bool blocking, const char* what, Run run) {
+    if (int rc = check(l, offset, size, what, blocking); rc != SHOAL_OK) {
+        return rc;
+    }
+    int rc;
+    auto b = usable_buffer(buf, l->state->shard(), buf_offset, size, what, rc);
+    if (!b) {
+        return rc;
+    }
+    return run([=](lease_state& s) {
+        auto& client = s.pool().client();
+        auto span = b->span(buf_offset, size);
+        return write ? client.remote_write(std::move(span), s.region(), offset)
+                     : client.remote_read(std::move(span), s.region(), offset);
+    });
+}
+
+/// A lease granted to `ps` as a new handle in `*out`, tracked by the runtime (SHOAL_ECLOSED,
+/// the lease given back, when the runtime is stopping).
+int new_lease(const std::shared_ptr<pool_state>& ps, const rdma::remote_lease& l, const char* what,
+              shoal_lease** out) {
+    auto st = std::make_shared<lease_state>(ps, l);
+    if (int rc = track_opened(ps->runtime(), st, what); rc != SHOAL_OK) {
+        return rc;
+    }
+    *out = new shoal_lease{std::move(st)};
     return SHOAL_OK;
 }
 
@@ -226,12 +277,39 @@ int shoal_pool_lease(shoal_pool* pool, size_t size, shoal_lease** out) {
         auto ps = pool->state;
         auto l =
             ps->runtime().engine().submit(ps->shard(), [ps, size] { return ps->client().lease(size); }).get();
-        auto st = std::make_shared<lease_state>(ps, l);
-        if (int rc = track_opened(ps->runtime(), st, "shoal_pool_lease"); rc != SHOAL_OK) {
+        return new_lease(ps, l, "shoal_pool_lease", out);
+    });
+}
+
+int shoal_pool_lease_async(shoal_pool* pool, size_t size, shoal_lease_cb done, void* user) {
+    return guarded([&] {
+        if (int rc = check(pool, "shoal_pool_lease_async", false); rc != SHOAL_OK) {
             return rc;
         }
-        *out = new shoal_lease{std::move(st)};
-        return int(SHOAL_OK);
+        if (!done) {
+            return fail(SHOAL_EINVAL, "shoal_pool_lease_async: NULL callback");
+        }
+        if (size == 0) {
+            return fail(SHOAL_EINVAL, "shoal_pool_lease_async: size 0");
+        }
+        using leased = async_result<rdma::remote_lease>;
+        auto ps = pool->state;
+        return start_async(
+            ps, "shoal_pool_lease_async",
+            [size](pool_state& p) {
+                return p.client().lease(size).then([](rdma::remote_lease l) {
+                    return leased{SHOAL_OK, {}, l};
+                });
+            },
+            [ps, done, user](int status, const char* error, leased* r) {
+                shoal_lease* lease = nullptr;
+                if (status == SHOAL_OK && r) {
+                    status =
+                        guarded([&] { return new_lease(ps, r->value, "shoal_pool_lease_async", &lease); });
+                    error = status == SHOAL_OK ? nullptr : shoal_last_error();
+                }
+                done(user, status, lease, error);
+            });
     });
 }
 
@@ -276,39 +354,87 @@ int shoal_lease_read(shoal_lease* lease, uint64_t offset, void* out, size_t size
 int shoal_lease_write_buffer(shoal_lease* lease, uint64_t offset, const shoal_buffer* buf, size_t buf_offset,
                              size_t size) {
     return guarded([&] {
-        if (int rc = check(lease, offset, size, "shoal_lease_write_buffer"); rc != SHOAL_OK) {
-            return rc;
-        }
-        int rc;
-        auto b = usable_buffer(buf, lease->state->shard(), buf_offset, size, "shoal_lease_write_buffer", rc);
-        if (!b) {
-            return rc;
-        }
-        return on_lease_shard(lease, [=](lease_state& l) {
-            return l.pool().client().remote_write(b->span(buf_offset, size), l.region(), offset);
-        });
+        return buffer_transfer(lease, offset, buf, buf_offset, size, true, true, "shoal_lease_write_buffer",
+                               [&](auto fn) { return on_lease_shard(lease, fn); });
     });
 }
 
 int shoal_lease_read_buffer(shoal_lease* lease, uint64_t offset, shoal_buffer* buf, size_t buf_offset,
                             size_t size) {
     return guarded([&] {
-        if (int rc = check(lease, offset, size, "shoal_lease_read_buffer"); rc != SHOAL_OK) {
-            return rc;
+        return buffer_transfer(lease, offset, buf, buf_offset, size, false, true, "shoal_lease_read_buffer",
+                               [&](auto fn) { return on_lease_shard(lease, fn); });
+    });
+}
+
+int shoal_lease_write_async(shoal_lease* lease, uint64_t offset, const void* data, size_t size,
+                            shoal_done_cb done, void* user) {
+    return guarded([&] {
+        if (!data && size) {
+            return fail(SHOAL_EINVAL, "shoal_lease_write_async: NULL data");
         }
-        int rc;
-        auto b = usable_buffer(buf, lease->state->shard(), buf_offset, size, "shoal_lease_read_buffer", rc);
-        if (!b) {
-            return rc;
+        auto copy = std::make_shared<std::string>(static_cast<const char*>(data ? data : ""), size);
+        return lease_async(lease, offset, size, done, user, "shoal_lease_write_async", [=](lease_state& l) {
+            return l.write_copy(offset, copy->data(), copy->size()).finally([copy] {});
+        });
+    });
+}
+
+int shoal_lease_read_async(shoal_lease* lease, uint64_t offset, void* out, size_t size, shoal_done_cb done,
+                           void* user) {
+    return guarded([&] {
+        if (!out && size) {
+            return fail(SHOAL_EINVAL, "shoal_lease_read_async: NULL output buffer");
         }
-        return on_lease_shard(lease, [=](lease_state& l) {
-            return l.pool().client().remote_read(b->span(buf_offset, size), l.region(), offset);
+        char* dst = static_cast<char*>(out);
+        return lease_async(lease, offset, size, done, user, "shoal_lease_read_async",
+                           [=](lease_state& l) { return l.read_copy(offset, dst, size); });
+    });
+}
+
+int shoal_lease_write_buffer_async(shoal_lease* lease, uint64_t offset, const shoal_buffer* buf,
+                                   size_t buf_offset, size_t size, shoal_done_cb done, void* user) {
+    return guarded([&] {
+        const char* what = "shoal_lease_write_buffer_async";
+        return buffer_transfer(lease, offset, buf, buf_offset, size, true, false, what, [&](auto fn) {
+            return lease_async(lease, offset, size, done, user, what, std::move(fn));
+        });
+    });
+}
+
+int shoal_lease_read_buffer_async(shoal_lease* lease, uint64_t offset, shoal_buffer* buf, size_t buf_offset,
+                                  size_t size, shoal_done_cb done, void* user) {
+    return guarded([&] {
+        const char* what = "shoal_lease_read_buffer_async";
+        return buffer_transfer(lease, offset, buf, buf_offset, size, false, false, what, [&](auto fn) {
+            return lease_async(lease, offset, size, done, user, what, std::move(fn));
         });
     });
 }
 
 int shoal_lease_release(shoal_lease* lease) {
     return close_handle(lease ? lease->state.get() : nullptr, "shoal_lease_release", "lease");
+}
+
+int shoal_lease_release_async(shoal_lease* lease, shoal_done_cb done, void* user) {
+    return guarded([&] {
+        if (!lease) {
+            return fail(SHOAL_EINVAL, "shoal_lease_release_async: NULL lease");
+        }
+        if (!done) {
+            return fail(SHOAL_EINVAL, "shoal_lease_release_async: NULL callback");
+        }
+        // Idempotent like shoal_lease_release: a lease closed already reports SHOAL_OK.
+        auto st = lease->state;
+        const bool first = st->begin_close();
+        int rc = start_async_done(
+            st, "shoal_lease_release_async",
+            [first](lease_state& l) { return first ? l.finish_close() : make_ready_future<>(); }, done, user);
+        if (rc != SHOAL_OK && first) {
+            st->close_refused();
+        }
+        return rc;
+    });
 }
 
 void shoal_lease_destroy(shoal_lease* lease) {

@@ -397,6 +397,48 @@ static void test_bad_open(shoal_runtime* rt) {
 
 /* ---- registered buffers, the ring channel and the remote pool ---------------------------- */
 
+/* Completion of shoal_pool_lease_async: the lease (or NULL) and the status, and whether a
+ * blocking call on the lease was refused there (it would wait for this very thread). */
+struct lease_waiter {
+    struct waiter w;
+    shoal_lease* lease;
+    int status, blocking_refused, error_text;
+};
+
+static void on_leased(void* user, int status, shoal_lease* lease, const char* error) {
+    struct lease_waiter* l = user;
+    char byte;
+    int refused = lease && shoal_lease_read(lease, 0, &byte, 1) == SHOAL_ESTATE;
+    pthread_mutex_lock(&l->w.mutex);
+    l->lease = lease;
+    l->status = status;
+    l->blocking_refused = refused;
+    l->error_text = (status == SHOAL_OK) == (error == NULL) && (status == SHOAL_OK) == (lease != NULL);
+    pthread_mutex_unlock(&l->w.mutex);
+    note_done(&l->w, status == SHOAL_OK);
+}
+
+/* Completion of a call that yields no value: its last status. */
+struct status_waiter {
+    struct waiter w;
+    int status;
+};
+
+static void on_status(void* user, int status, const char* error) {
+    struct status_waiter* s = user;
+    pthread_mutex_lock(&s->w.mutex);
+    s->status = (status == SHOAL_OK) == (error == NULL) ? status : -1;
+    pthread_mutex_unlock(&s->w.mutex);
+    note_done(&s->w, status == SHOAL_OK);
+}
+
+#define WAITER_INIT                                                                                          \
+    { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL }
+
+/* Runs one callback call made by `call` (an expression using &sw) and yields its status. */
+#define ASYNC_STATUS(sw, call)                                                                               \
+    ((sw).w.done = 0, (call) == SHOAL_OK && wait_for(&(sw).w, 1) ? (sw).status : -2)
+
 /* Without RDMA in the runtime, every RDMA handle is refused with SHOAL_EUNAVAILABLE; NULL
  * handles are SHOAL_EINVAL everywhere, and nothing crashes. */
 static void test_rdma_calls_without_rdma(void) {
@@ -455,6 +497,17 @@ static void test_rdma_calls_without_rdma(void) {
     CHECK_RC(shoal_lease_read_buffer(NULL, 0, NULL, 0, 1), SHOAL_EINVAL);
     CHECK_RC(shoal_lease_release(NULL), SHOAL_EINVAL);
     shoal_lease_destroy(NULL);
+    /* The callback forms refuse the same way, at once (the callback never runs). */
+    CHECK_RC(shoal_pool_lease_async(NULL, 64, on_leased, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_pool_lease_async(NULL, 64, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_write_async(NULL, 0, "x", 1, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_write_async(NULL, 0, NULL, 1, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_read_async(NULL, 0, out, 1, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_write_buffer_async(NULL, 0, NULL, 0, 1, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_read_buffer_async(NULL, 0, NULL, 0, 1, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_release_async(NULL, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_lease_release_async(NULL, NULL, NULL), SHOAL_EINVAL);
+    CHECK(strstr(shoal_last_error(), "NULL lease") != NULL);
     CHECK(strcmp(shoal_status_name(SHOAL_EQUOTA), "SHOAL_EQUOTA") == 0);
     CHECK(strcmp(shoal_status_name(SHOAL_EWATERMARK), "SHOAL_EWATERMARK") == 0);
 }
@@ -764,7 +817,6 @@ static void test_pool(shoal_runtime* rt, const char* server, const char* server_
         CHECK_RC(shoal_lease_write_buffer(b, 0, src, 65000, 1000), SHOAL_EINVAL); /* past the buffer */
         CHECK_RC(shoal_lease_write_buffer(b, 0, elsewhere, 0, 8), SHOAL_EINVAL);  /* another shard */
     }
-    shoal_buffer_free(elsewhere);
 
     /* Release: the lease is closed, and the quota has room again. */
     CHECK_RC(shoal_lease_release(a), SHOAL_OK);
@@ -773,6 +825,89 @@ static void test_pool(shoal_runtime* rt, const char* server, const char* server_
     shoal_lease_destroy(a);
     CHECK_RC(shoal_pool_lease(pool, mib, &a), SHOAL_OK);
     shoal_lease_destroy(a); /* releases it */
+
+    /* The callback forms: a lease, then 32 writes in flight (copying ones from a buffer the
+     * caller overwrites at once, and from a registered buffer), then 32 reads, byte for byte. */
+    struct lease_waiter lw = {WAITER_INIT, NULL, 0, 0, 0};
+    CHECK_RC(shoal_pool_lease_async(pool, mib, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_pool_lease_async(pool, 0, on_leased, &lw), SHOAL_EINVAL);
+    CHECK_RC(shoal_pool_lease_async(pool, mib, on_leased, &lw), SHOAL_OK);
+    CHECK(wait_for(&lw.w, 1) && lw.status == SHOAL_OK && lw.error_text && lw.blocking_refused);
+    CHECK(lw.w.on_shard_thread == 1);
+    a = lw.lease;
+    lw.w.done = 0;
+    CHECK_RC(shoal_pool_lease_async(pool, 4096, on_leased, &lw), SHOAL_OK); /* b and a: quota full */
+    CHECK(wait_for(&lw.w, 1) && lw.status == SHOAL_EQUOTA && lw.lease == NULL && lw.error_text);
+    shoal_buffer* big = NULL;
+    CHECK_RC(shoal_buffer_alloc(rt, 1, mib, &big), SHOAL_OK);
+    if (a && big) {
+        enum { flight = 32 };
+        const size_t chunk = mib / flight;
+        char* expect = shoal_buffer_data(big);
+        for (size_t i = 0; i < mib; ++i) {
+            data[i] = expect[i] = (char)(i * 31 + 7 + i / 4099);
+        }
+        struct waiter w = WAITER_INIT;
+        char* scratch = malloc(chunk);
+        for (size_t i = 0; i < flight; ++i) {
+            if (i % 2 == 0) {
+                memcpy(scratch, data + i * chunk, chunk);
+                CHECK_RC(shoal_lease_write_async(a, i * chunk, scratch, chunk, on_set_done, &w), SHOAL_OK);
+                memset(scratch, 0, chunk); /* copied before the call returned */
+            } else {
+                CHECK_RC(shoal_lease_write_buffer_async(a, i * chunk, big, i * chunk, chunk, on_set_done, &w),
+                         SHOAL_OK);
+            }
+        }
+        CHECK(wait_for(&w, flight) && w.ok == flight && w.on_shard_thread == flight);
+        free(scratch);
+        memset(back, 0, mib);
+        memset(expect, 0, mib);
+        w.done = w.ok = w.on_shard_thread = 0;
+        for (size_t i = 0; i < flight; ++i) {
+            if (i % 2 == 0) {
+                CHECK_RC(shoal_lease_read_async(a, i * chunk, back + i * chunk, chunk, on_set_done, &w),
+                         SHOAL_OK);
+            } else {
+                CHECK_RC(shoal_lease_read_buffer_async(a, i * chunk, big, i * chunk, chunk, on_set_done, &w),
+                         SHOAL_OK);
+            }
+        }
+        CHECK(wait_for(&w, flight) && w.ok == flight && w.on_shard_thread == flight);
+        int right = 0;
+        for (size_t i = 0; i < flight; ++i) {
+            const char* got = i % 2 == 0 ? back : expect;
+            right += memcmp(got + i * chunk, data + i * chunk, chunk) == 0;
+        }
+        CHECK(right == flight);
+        CHECK_RC(shoal_lease_read(a, 0, back, mib), SHOAL_OK); /* and the blocking read agrees */
+        CHECK(memcmp(back, data, mib) == 0);
+
+        /* Bad arguments are refused at once, like the blocking forms'. */
+        CHECK_RC(shoal_lease_write_async(a, mib - 2, "abc", 3, on_set_done, &w), SHOAL_EINVAL);
+        CHECK_RC(shoal_lease_read_async(a, mib + 1, back, 0, on_set_done, &w), SHOAL_EINVAL);
+        CHECK_RC(shoal_lease_read_async(a, 0, NULL, 1, on_set_done, &w), SHOAL_EINVAL);
+        CHECK_RC(shoal_lease_write_async(a, 0, "x", 1, NULL, NULL), SHOAL_EINVAL);
+        CHECK_RC(shoal_lease_write_buffer_async(a, 0, elsewhere, 0, 8, on_set_done, &w), SHOAL_EINVAL);
+        CHECK_RC(shoal_lease_read_buffer_async(a, 0, big, mib - 4, 8, on_set_done, &w), SHOAL_EINVAL);
+
+        /* Release: closed at once, given back by the callback (the quota has room again). */
+        struct status_waiter sw = {WAITER_INIT, -3};
+        CHECK(ASYNC_STATUS(sw, shoal_lease_release_async(a, on_status, &sw)) == SHOAL_OK);
+        CHECK(sw.w.on_shard_thread == 1);
+        CHECK_RC(shoal_lease_write_async(a, 0, "x", 1, on_set_done, &w), SHOAL_ECLOSED);
+        CHECK_RC(shoal_lease_read(a, 0, back, 1), SHOAL_ECLOSED);
+        CHECK(ASYNC_STATUS(sw, shoal_lease_release_async(a, on_status, &sw)) == SHOAL_OK); /* idempotent */
+        shoal_lease_destroy(a);
+        a = NULL;
+        lw.w.done = 0;
+        CHECK_RC(shoal_pool_lease_async(pool, mib, on_leased, &lw), SHOAL_OK);
+        CHECK(wait_for(&lw.w, 1) && lw.status == SHOAL_OK);
+        shoal_lease_destroy(lw.lease);
+    }
+    shoal_buffer_free(big);
+
+    shoal_buffer_free(elsewhere);
 
     /* The other pool closes: its lease is closed with it. */
     CHECK_RC(shoal_pool_close(second), SHOAL_OK);
@@ -793,8 +928,14 @@ static void test_pool(shoal_runtime* rt, const char* server, const char* server_
         }
         CHECK(rc == SHOAL_ECONNECTION);
         CHECK_RC(shoal_pool_lease(pool, 64, &x), SHOAL_ECONNECTION);
+        /* And the callback forms report it through their callbacks. */
+        struct status_waiter sw = {WAITER_INIT, -3};
+        CHECK(ASYNC_STATUS(sw, shoal_lease_read_async(b, 0, back, 64, on_status, &sw)) == SHOAL_ECONNECTION);
+        CHECK(ASYNC_STATUS(sw, shoal_lease_write_async(b, 0, "x", 1, on_status, &sw)) == SHOAL_ECONNECTION);
+        struct lease_waiter lw2 = {WAITER_INIT, NULL, 0, 0, 0};
+        CHECK_RC(shoal_pool_lease_async(pool, 64, on_leased, &lw2), SHOAL_OK);
+        CHECK(wait_for(&lw2.w, 1) && lw2.status == SHOAL_ECONNECTION && lw2.lease == NULL && lw2.error_text);
     }
-    shoal_lease_destroy(b);
 
     /* Stop with a pool, buffers and a ring consumer open: they are closed and emptied, calls
      * on them are SHOAL_ECLOSED, nothing crashes. */
@@ -812,6 +953,11 @@ static void test_pool(shoal_runtime* rt, const char* server, const char* server_
     }
     CHECK(shoal_buffer_data(src) == NULL && shoal_buffer_size(src) == 0);
     CHECK_RC(shoal_pool_lease(pool, 64, &x), SHOAL_ECLOSED);
+    CHECK_RC(shoal_pool_lease_async(pool, 64, on_leased, &lw), SHOAL_ECLOSED);
+    CHECK_RC(shoal_lease_read_async(b, 0, back, 1, on_set_done, NULL), SHOAL_ECLOSED);
+    CHECK_RC(shoal_lease_release_async(b, on_set_done, NULL), SHOAL_ECLOSED); /* no shard to run it */
+    CHECK_RC(shoal_lease_release(b), SHOAL_OK);
+    shoal_lease_destroy(b);
     CHECK_RC(shoal_buffer_alloc(rt, 0, 64, &elsewhere), SHOAL_ECLOSED);
     shoal_buffer_free(src);
     shoal_buffer_free(dst);

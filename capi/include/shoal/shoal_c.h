@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 2
+#define SHOAL_C_VERSION_MINOR 3
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -286,6 +286,10 @@ typedef struct shoal_pool shoal_pool;
 /** A region leased from a pool server; its bytes are read and written at offsets. */
 typedef struct shoal_lease shoal_lease;
 
+/** Completion of shoal_pool_lease_async: on SHOAL_OK `lease` is a new lease owned by the caller
+ *  (free it with shoal_lease_destroy, from any thread), NULL otherwise. */
+typedef void (*shoal_lease_cb)(void* user, int status, shoal_lease* lease, const char* error);
+
 /** Connects from `shard` to the pool server at `address` ("ip:port"); `timeout_ms` bounds the
  *  connections' setup (0: 10 s). */
 SHOAL_C_API int shoal_pool_connect(shoal_runtime* rt, unsigned shard, const char* address,
@@ -294,6 +298,12 @@ SHOAL_C_API int shoal_pool_connect(shoal_runtime* rt, unsigned shard, const char
  *  server's memory does not allow it, SHOAL_EINVAL for 0 or more than the server's largest
  *  lease; the pool stays usable after each. */
 SHOAL_C_API int shoal_pool_lease(shoal_pool* pool, size_t size, shoal_lease** out);
+/** shoal_pool_lease without waiting: `done` runs once on the pool's shard thread with the lease
+ *  or the error (SHOAL_EQUOTA, SHOAL_EWATERMARK, SHOAL_ECONNECTION, ...). Returns SHOAL_OK when
+ *  handed over (`done` will run exactly once), else an error code (and `done` never runs):
+ *  SHOAL_EINVAL for a NULL pool or callback or a size of 0, SHOAL_ECLOSED for a closed pool or
+ *  a stopped runtime. */
+SHOAL_C_API int shoal_pool_lease_async(shoal_pool* pool, size_t size, shoal_lease_cb done, void* user);
 /** Closes the connections; the server takes every lease back. Leases of it are closed with it. */
 SHOAL_C_API int shoal_pool_close(shoal_pool* pool);
 /** Closes `pool` if open and frees it (leases must still be destroyed). NULL is ignored. */
@@ -312,8 +322,33 @@ SHOAL_C_API int shoal_lease_write_buffer(shoal_lease* lease, uint64_t offset, co
 /** Reads `size` bytes at `offset` of the lease into `buf` at `buf_offset`, without a copy. */
 SHOAL_C_API int shoal_lease_read_buffer(shoal_lease* lease, uint64_t offset, shoal_buffer* buf,
                                         size_t buf_offset, size_t size);
+/** shoal_lease_write without waiting: the bytes are copied before it returns; `done` runs once
+ *  on the pool's shard thread when they are in the server's memory (or the write failed).
+ *  Bad arguments and a closed lease are returned here (and `done` never runs), as for
+ *  shoal_pool_lease_async. */
+SHOAL_C_API int shoal_lease_write_async(shoal_lease* lease, uint64_t offset, const void* data, size_t size,
+                                        shoal_done_cb done, void* user);
+/** shoal_lease_read without waiting: `out` is written on the shard thread and must stay valid
+ *  (and untouched) until `done` ran; its bytes are complete when `done` reports SHOAL_OK. */
+SHOAL_C_API int shoal_lease_read_async(shoal_lease* lease, uint64_t offset, void* out, size_t size,
+                                       shoal_done_cb done, void* user);
+/** shoal_lease_write_buffer without waiting and without a copy: the buffer's memory is held
+ *  until `done` ran (the caller may free the handle at once; it must not write the bytes
+ *  meanwhile). */
+SHOAL_C_API int shoal_lease_write_buffer_async(shoal_lease* lease, uint64_t offset, const shoal_buffer* buf,
+                                               size_t buf_offset, size_t size, shoal_done_cb done,
+                                               void* user);
+/** shoal_lease_read_buffer without waiting: the buffer's memory is held until `done` ran; its
+ *  bytes must not be touched before. */
+SHOAL_C_API int shoal_lease_read_buffer_async(shoal_lease* lease, uint64_t offset, shoal_buffer* buf,
+                                              size_t buf_offset, size_t size, shoal_done_cb done, void* user);
 /** Gives the region back to the server (later reads and writes: SHOAL_ECLOSED). Idempotent. */
 SHOAL_C_API int shoal_lease_release(shoal_lease* lease);
+/** shoal_lease_release without waiting: the lease is closed at once (later calls return
+ *  SHOAL_ECLOSED), `done` runs on the pool's shard thread once the region was given back
+ *  (SHOAL_OK also when it was released already). SHOAL_ECLOSED (and `done` never runs) once the
+ *  runtime stopped. */
+SHOAL_C_API int shoal_lease_release_async(shoal_lease* lease, shoal_done_cb done, void* user);
 /** Releases `lease` if held and frees it. NULL is ignored. */
 SHOAL_C_API void shoal_lease_destroy(shoal_lease* lease);
 
