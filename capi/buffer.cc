@@ -87,11 +87,8 @@ int shoal_buffer_alloc(shoal_runtime* rt, unsigned shard, size_t size, shoal_buf
             return fail(SHOAL_EINVAL, "shoal_buffer_alloc: out is NULL");
         }
         *out = nullptr;
-        if (int rc = check_shard(rt, shard, "shoal_buffer_alloc"); rc != SHOAL_OK) {
+        if (int rc = check_rdma_shard(rt, shard, "shoal_buffer_alloc"); rc != SHOAL_OK) {
             return rc;
-        }
-        if (!rt->state->rdma()) {
-            return fail(SHOAL_EUNAVAILABLE, "shoal_buffer_alloc: the runtime was started without rdma");
         }
         if (size == 0) {
             return fail(SHOAL_EINVAL, "shoal_buffer_alloc: size 0");

@@ -239,11 +239,8 @@ int shoal_pool_connect(shoal_runtime* rt, unsigned shard, const char* address, u
             return fail(SHOAL_EINVAL, "shoal_pool_connect: out is NULL");
         }
         *out = nullptr;
-        if (int rc = check_shard(rt, shard, "shoal_pool_connect"); rc != SHOAL_OK) {
+        if (int rc = check_rdma_shard(rt, shard, "shoal_pool_connect"); rc != SHOAL_OK) {
             return rc;
-        }
-        if (!rt->state->rdma()) {
-            return fail(SHOAL_EUNAVAILABLE, "shoal_pool_connect: the runtime was started without rdma");
         }
         if (!address) {
             return fail(SHOAL_EINVAL, "shoal_pool_connect: NULL address");

@@ -290,11 +290,8 @@ int check(const shoal_ring_producer* p, const char* what, bool blocking) {
 
 /// The checks of opening a ring handle on `shard` of `rt`.
 int check_open(shoal_runtime* rt, unsigned shard, const char* address, const char* what) {
-    if (int rc = check_shard(rt, shard, what); rc != SHOAL_OK) {
+    if (int rc = check_rdma_shard(rt, shard, what); rc != SHOAL_OK) {
         return rc;
-    }
-    if (!rt->state->rdma()) {
-        return fail(SHOAL_EUNAVAILABLE, std::string(what) + ": the runtime was started without rdma");
     }
     if (!address) {
         return fail(SHOAL_EINVAL, std::string(what) + ": NULL address");

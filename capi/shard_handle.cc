@@ -99,4 +99,14 @@ int check_shard(const shoal_runtime* rt, unsigned shard, const char* what) {
     return SHOAL_OK;
 }
 
+int check_rdma_shard(const shoal_runtime* rt, unsigned shard, const char* what) {
+    if (int rc = check_shard(rt, shard, what); rc != SHOAL_OK) {
+        return rc;
+    }
+    if (!rt->state->rdma()) {
+        return fail(SHOAL_EUNAVAILABLE, std::string(what) + ": the runtime was started without rdma");
+    }
+    return SHOAL_OK;
+}
+
 } // namespace shoal::capi

@@ -76,4 +76,7 @@ int track_opened(runtime_state& rt, const std::shared_ptr<shard_handle>& h, cons
 /// Checks that `shard` exists in `rt` and that the runtime runs (SHOAL_EINVAL/SHOAL_ECLOSED).
 int check_shard(const shoal_runtime* rt, unsigned shard, const char* what);
 
+/// check_shard, and that the runtime was started with RDMA (SHOAL_EUNAVAILABLE otherwise).
+int check_rdma_shard(const shoal_runtime* rt, unsigned shard, const char* what);
+
 } // namespace shoal::capi

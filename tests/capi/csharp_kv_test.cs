@@ -6,34 +6,12 @@ using System;
 using System.Runtime.InteropServices;
 using System.Text;
 
-static class Shoal {
-    const string Lib = "shoal_c";
-
-    [StructLayout(LayoutKind.Sequential)]
-    public struct RuntimeOptions {
-        public UIntPtr struct_size;
-        public uint shards;
-        public int pin;
-        public int rdma;
-    }
-
-    public const int OK = 0, EINVAL = 1, ECLOSED = 2, ENOTFOUND = 4, ETOOSMALL = 5, ECONNECTION = 8;
-
-    [DllImport(Lib)] public static extern int shoal_version();
-    [DllImport(Lib)] public static extern IntPtr shoal_last_error();
-    [DllImport(Lib)] public static extern IntPtr shoal_status_name(int status);
-    [DllImport(Lib)] public static extern void shoal_runtime_options_init(ref RuntimeOptions opts);
-    [DllImport(Lib)] public static extern int shoal_runtime_start(ref RuntimeOptions opts, out IntPtr rt);
-    [DllImport(Lib)] public static extern int shoal_runtime_stop(IntPtr rt);
-    [DllImport(Lib)] public static extern void shoal_runtime_destroy(IntPtr rt);
+static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_open(IntPtr rt, string servers, uint shard, uint timeout_ms, out IntPtr kv);
     [DllImport(Lib)] public static extern void shoal_kv_destroy(IntPtr kv);
     [DllImport(Lib)] public static extern int shoal_kv_set(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime);
     [DllImport(Lib)] public static extern int shoal_kv_get(IntPtr kv, byte[] key, UIntPtr key_size, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags);
     [DllImport(Lib)] public static extern int shoal_kv_delete(IntPtr kv, byte[] key, UIntPtr key_size);
-
-    public static string LastError() { return Marshal.PtrToStringAnsi(shoal_last_error()); }
-    public static string Name(int status) { return Marshal.PtrToStringAnsi(shoal_status_name(status)); }
 }
 
 static class Program {

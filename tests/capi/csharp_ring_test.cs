@@ -9,27 +9,10 @@ using System;
 using System.Runtime.InteropServices;
 using System.Threading;
 
-static class Shoal {
-    const string Lib = "shoal_c";
-
-    [StructLayout(LayoutKind.Sequential)]
-    public struct RuntimeOptions {
-        public UIntPtr struct_size;
-        public uint shards;
-        public int pin;
-        public int rdma;
-    }
-
-    public const int OK = 0, EINVAL = 1;
-
+static partial class Shoal { // the rest: shoal_native.cs
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     public delegate void DoneCallback(IntPtr user, int status, IntPtr error);
 
-    [DllImport(Lib)] public static extern IntPtr shoal_last_error();
-    [DllImport(Lib)] public static extern IntPtr shoal_status_name(int status);
-    [DllImport(Lib)] public static extern void shoal_runtime_options_init(ref RuntimeOptions opts);
-    [DllImport(Lib)] public static extern int shoal_runtime_start(ref RuntimeOptions opts, out IntPtr rt);
-    [DllImport(Lib)] public static extern void shoal_runtime_destroy(IntPtr rt);
     [DllImport(Lib)] public static extern int shoal_buffer_alloc(IntPtr rt, uint shard, UIntPtr size, out IntPtr buf);
     [DllImport(Lib)] public static extern IntPtr shoal_buffer_data(IntPtr buf);
     [DllImport(Lib)] public static extern void shoal_buffer_free(IntPtr buf);
@@ -39,9 +22,6 @@ static class Shoal {
     [DllImport(Lib)] public static extern int shoal_ring_send_buffer(IntPtr producer, IntPtr buf, UIntPtr offset, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_ring_send_async(IntPtr producer, byte[] data, UIntPtr size, DoneCallback done, IntPtr user);
     [DllImport(Lib)] public static extern void shoal_ring_producer_destroy(IntPtr producer);
-
-    public static string LastError() { return Marshal.PtrToStringAnsi(shoal_last_error()); }
-    public static string Name(int status) { return Marshal.PtrToStringAnsi(shoal_status_name(status)); }
 }
 
 static class Program {

@@ -23,7 +23,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-mcs -nologo -warnaserror -out:"$work/test.exe" "$src"
+mcs -nologo -warnaserror -out:"$work/test.exe" "$src" "$(dirname "$src")/shoal_native.cs"
 "$peer" ring-consumer "$ip:0" "$count" >"$work/consumer.log" 2>&1 &
 pid=$!
 for _ in $(seq 200); do

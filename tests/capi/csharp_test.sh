@@ -12,5 +12,5 @@ if ! command -v mcs >/dev/null || ! command -v mono >/dev/null; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mcs -nologo -warnaserror -out:"$work/test.exe" "$src"
+mcs -nologo -warnaserror -out:"$work/test.exe" "$src" "$(dirname "$src")/shoal_native.cs"
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" mono "$work/test.exe"
