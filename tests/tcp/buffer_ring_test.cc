@@ -14,13 +14,6 @@ using namespace shoal::tcp_test;
 
 namespace {
 
-/// Sets a TCP configuration for one test and restores the previous one.
-struct scoped_config {
-    tcp::config saved = tcp::get_config();
-    explicit scoped_config(const tcp::config& c) { tcp::set_config(c); }
-    ~scoped_config() { tcp::set_config(saved); }
-};
-
 future<> send_pattern(server_socket& ss, size_t size, unsigned seed) {
     accept_result ar = co_await ss.accept();
     auto out = ar.connection.output();

@@ -109,6 +109,13 @@ inline rlim_t raise_nofile(rlim_t n) {
     return rl.rlim_cur;
 }
 
+/// Sets a TCP configuration for one test and restores the previous one.
+struct scoped_config {
+    tcp::config saved = tcp::get_config();
+    explicit scoped_config(const tcp::config& c) { tcp::set_config(c); }
+    ~scoped_config() { tcp::set_config(saved); }
+};
+
 /// A connected pair over 127.0.0.1: the connecting side and the accepted one.
 struct loopback {
     connected_socket client;
