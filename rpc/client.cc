@@ -230,7 +230,8 @@ future<> client::connect(net::socket_address addr) {
             l = rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
                                          .registration_cache = o.rdma_registration_cache,
                                          .read_chunk = o.rdma_read_chunk,
-                                         .max_reads = o.rdma_reads_in_flight});
+                                         .max_reads = o.rdma_reads_in_flight,
+                                         .coalesce = o.rdma_coalesce});
         } else {
             l = stream_link(co_await _transport.connect(addr));
         }

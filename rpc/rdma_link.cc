@@ -1,10 +1,12 @@
-// The RDMA link: one message per frame, large bodies pulled with one-sided READ.
+// The RDMA link: small frames in messages (those queued together share one), large bodies
+// pulled with one-sided READ.
 #include "rpc/rdma_link.hh"
 
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
 #include "core/smp.hh"
+#include "core/task.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
@@ -55,6 +57,8 @@ public:
         , _chunk(std::max<size_t>(o.read_chunk, 4096))
         , _read_budget(o.read_budget)
         , _max_reads(std::max(o.max_reads, 1u))
+        , _coalesce(o.coalesce)
+        , _flusher(this)
         , _cache(
               std::make_unique<rdma::registration_cache>(o.registration_cache, rdma::access::remote_read)) {}
 
@@ -101,7 +105,15 @@ public:
         _queue.push_back(std::move(f));
         if (!_sending) {
             _sending = true;
-            (void)run();
+            if (_coalesce) {
+                // Frames sent before the flush task runs (the rest of this task and the tasks
+                // already queued, e.g. the continuations of replies taken in the same poll)
+                // join the same message.
+                _flusher.hold = shared_from_this();
+                schedule(&_flusher);
+            } else {
+                (void)run();
+            }
         }
     }
 
@@ -212,27 +224,40 @@ private:
         }
     }
 
+    /// A message holds one frame whose body is remote, or one or more whole frames back to back
+    /// (sliced out of the receive buffer, no copy).
     void on_message(net::temporary_buffer m) {
-        if (m.size() < frame_header::size) {
-            throw protocol_error("RDMA message of " + std::to_string(m.size()) +
-                                 " bytes: shorter than a header");
-        }
-        frame f;
-        f.header = frame_header::decode(m.get(), _max_frame);
-        const frame_header& h = f.header;
-        if (h.flags == 0) {
-            if (m.size() != frame_header::size + h.body_size()) {
+        size_t off = 0;
+        do {
+            if (m.size() - off < frame_header::size) {
                 throw protocol_error("RDMA message of " + std::to_string(m.size()) +
-                                     " bytes for a frame of " +
-                                     std::to_string(frame_header::size + h.body_size()));
+                                     " bytes: " + std::to_string(m.size() - off) + " bytes at offset " +
+                                     std::to_string(off) + " are shorter than a header");
             }
-            f.payload = m.share(frame_header::size, h.payload_size);
-            f.attachments = m.share(frame_header::size + h.payload_size, h.attachment_size);
+            frame f;
+            f.header = frame_header::decode(m.get() + off, _max_frame);
+            const frame_header& h = f.header;
+            if (h.flags != 0) {
+                if (off != 0) {
+                    throw protocol_error("RDMA message with a remote-body frame after another frame");
+                }
+                start_fetch(std::move(f), std::move(m));
+                return;
+            }
+            const size_t body = off + frame_header::size;
+            const size_t end = body + h.body_size(); // body_size() <= _max_frame: no overflow
+            if (end > m.size()) {
+                throw protocol_error(
+                    "RDMA message of " + std::to_string(m.size()) + " bytes for a frame of " +
+                    std::to_string(frame_header::size + h.body_size()) + " at offset " + std::to_string(off));
+            }
+            f.payload = m.share(body, h.payload_size);
+            f.attachments = m.share(body + h.payload_size, h.attachment_size);
             ++link_stats.frames_received;
             deliver(std::move(f));
-            return;
-        }
-        start_fetch(std::move(f), std::move(m));
+            off = end;
+        } while (off < m.size());
+        ++link_stats.messages_received;
     }
 
     /// A frame whose body (or part of it) is in the sender's memory: checks its descriptor and
@@ -389,6 +414,11 @@ private:
         auto keep = shared_from_this();
         try {
             while (!_queue.empty() && !_error) {
+                if (_coalesce && _queue.size() > 1 && fits_a_message(_queue[0]) &&
+                    fits_a_message(_queue[1])) {
+                    co_await send_together();
+                    continue;
+                }
                 outgoing_frame f = std::move(_queue.front());
                 _queue.pop_front();
                 co_await send_one(std::move(f));
@@ -403,9 +433,43 @@ private:
         }
     }
 
+    /// True when `f` travels whole in a message (else its body is READ by the peer).
+    bool fits_a_message(const outgoing_frame& f) const noexcept {
+        return f.wire_size() <= _threshold || f.header.body_size() == 0;
+    }
+
+    /// Sends the queued frames that fit a message, from the front of the queue, as one message
+    /// of at most the peer's receive buffer size: one SEND whose pieces are the frames' buffers
+    /// (gathered, or joined by the transport when there are more than its scatter-gather limit).
+    future<> send_together() {
+        _parts.clear();
+        size_t bytes = 0;
+        size_t frames = 0;
+        while (!_queue.empty() && fits_a_message(_queue.front()) &&
+               bytes + _queue.front().wire_size() <= _max_message) {
+            outgoing_frame f = std::move(_queue.front());
+            _queue.pop_front();
+            bytes += f.wire_size();
+            ++frames;
+            f.header.encode(f.head.get_write());
+            _parts.push_back(std::move(f.head));
+            for (auto& a : f.attachments) {
+                _parts.push_back(std::move(a));
+            }
+        }
+        future<> sent = _msgs.send(std::span<net::temporary_buffer>(_parts));
+        _parts.clear();
+        link_stats.frames_sent += frames;
+        ++link_stats.messages_sent;
+        return sent.then([this, bytes] {
+            _queued -= std::min(bytes, _queued);
+            wake();
+        });
+    }
+
     future<> send_one(outgoing_frame f) {
         const size_t wire = f.wire_size();
-        if (wire <= _threshold || f.header.body_size() == 0) {
+        if (fits_a_message(f)) {
             f.header.encode(f.head.get_write());
             future<> sent = make_ready_future<>();
             if (f.attachments.size() < rdma::internal::max_send_gather) {
@@ -426,6 +490,7 @@ private:
                 sent = _msgs.send(std::span<net::temporary_buffer>(parts));
             }
             ++link_stats.frames_sent;
+            ++link_stats.messages_sent;
             return sent.then([this, wire] {
                 _queued -= std::min(wire, _queued);
                 wake();
@@ -518,6 +583,19 @@ private:
         return _msgs.send(std::span<net::temporary_buffer>(parts.data(), n));
     }
 
+    /// Starts the sender once the tasks queued before it ran (see `send`); holds the state while
+    /// scheduled. Never allocates.
+    struct flush_task final : task {
+        explicit flush_task(link_state* s) noexcept
+            : state(s) {}
+        void run_and_dispose() noexcept override {
+            std::shared_ptr<link_state> self = std::move(hold);
+            (void)state->run();
+        }
+        link_state* state;
+        std::shared_ptr<link_state> hold;
+    };
+
     void wake() noexcept {
         if (_below && (_queued < _wait_limit || _error)) {
             std::exchange(_below, std::nullopt)->set_value();
@@ -549,6 +627,9 @@ private:
     size_t _chunk;
     size_t _read_budget;
     unsigned _max_reads;
+    bool _coalesce;
+    flush_task _flusher;
+    std::vector<net::temporary_buffer> _parts; // the pieces of a message of several frames
     std::unique_ptr<rdma::registration_cache> _cache;
     std::unordered_map<uint32_t, held_body> _held;
     uint32_t _next_transfer = 0;

@@ -9,7 +9,8 @@
 //     again); the receiver READs the body into registered memory of its own cache, in chunks
 //     and with several bodies in flight, and releases the sender's hold with a tagged immediate
 //     (tag `release_tag`). A connection that breaks frees every hold it had.
-// Messages queued in one reactor iteration are posted under one doorbell by net/rdma.
+// Small frames queued in the same reactor iteration leave together in one message (one SEND),
+// and the messages of an iteration are posted under one doorbell by net/rdma.
 
 #include "net/rdma/connection.hh"
 #include "rpc/link.hh"
@@ -21,9 +22,11 @@ namespace shoal::rpc {
 
 /// Counters of the RDMA links of the calling shard (all links of the shard together).
 struct rdma_link_stats {
-    uint64_t frames_sent = 0;            ///< frames sent as one message with their body
+    uint64_t frames_sent = 0;            ///< frames sent in a message with their body
+    uint64_t messages_sent = 0;          ///< messages carrying such frames (several frames may share one)
     uint64_t remote_bodies_sent = 0;     ///< frames whose body the peer READ
     uint64_t frames_received = 0;        ///< frames received with their body
+    uint64_t messages_received = 0;      ///< messages that carried them
     uint64_t remote_bodies_received = 0; ///< frames whose body this side READ
     uint64_t bytes_read = 0;             ///< body bytes READ from peers
     uint64_t exports_held = 0;           ///< bodies exported to a peer and not released yet (now)
@@ -49,6 +52,9 @@ struct rdma_link_options {
     /// posted together, so one body may go past it). 1 = one body at a time: on Soft-RoCE
     /// several bodies in flight were slower (docs/performance.md).
     unsigned max_reads = 1;
+    /// Small frames queued in the same reactor iteration share one message (up to the peer's
+    /// receive buffer); false: one message per frame.
+    bool coalesce = true;
 };
 
 /// This shard's counters of RDMA links.

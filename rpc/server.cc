@@ -277,7 +277,8 @@ struct server::rdma_listening {
                 serve(rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
                                                .registration_cache = o.rdma_registration_cache,
                                                .read_chunk = o.rdma_read_chunk,
-                                               .max_reads = o.rdma_reads_in_flight}));
+                                               .max_reads = o.rdma_reads_in_flight,
+                                               .coalesce = o.rdma_coalesce}));
             } catch (...) {
                 rpc_log.warn("cannot serve an RDMA connection: {}", std::current_exception());
             }

@@ -50,6 +50,9 @@ struct server_options {
     /// RDMA message path: READ requests a connection posts before it stops taking messages
     /// (1: one body at a time, the measured best on Soft-RoCE; 16: several bodies in parallel).
     unsigned rdma_reads_in_flight = 1;
+    /// RDMA message path: small frames queued in the same reactor iteration share one message
+    /// (false: one message per frame).
+    bool rdma_coalesce = true;
 };
 
 /// What a server has done (this shard's instance).

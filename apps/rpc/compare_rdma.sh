@@ -11,6 +11,9 @@
 #     shoal-rpc-bench, e.g. the one before the cache and parallel READs);
 # 3. RPC over TCP in the same guest, same cells;
 # 4. perftest ib_send_bw / ib_write_bw (and ib_read_bw, the bound of the READ scheme) at 1 MiB and 8 MiB.
+# SMALL_ONLY=1 runs only the 128 B cells (concurrency 1 and 16), ROUNDS times (default 3)
+# interleaved: raw stream, RPC message path, the same without coalescing (--rdma-coalesce off),
+# RPC over the RDMA stream.
 # Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RDMA
 # section of docs/performance.md). SECONDS_PER_CELL (default 2) sets the duration of a cell.
 set -u
@@ -33,6 +36,28 @@ unserve() {
     kill -INT "$server" 2>/dev/null
     wait "$server" 2>/dev/null
 }
+
+if [ "${SMALL_ONLY:-0}" = 1 ]; then
+    small() { # small NAME PORT BIN ARGS... : one server and one 128 B bench at concurrency 1 and 16
+        name=$1
+        port=$2
+        bin=$3
+        shift 3
+        serve "$bin" server --transport rdma --host "$ip" --port "$port" $srv "$@"
+        echo "-- $name"
+        "$bin" bench --transport rdma --host "$ip" --port "$port" --sizes 128 --concurrency 1,16 \
+            --duration "$secs" $cli "$@"
+        unserve
+    }
+    for round in $(seq "${ROUNDS:-3}"); do
+        echo "== round $round (128 B)"
+        small "raw stream (shoal-echo)" 7100 "$echo_bin"
+        small "RPC, message path" 9100 "$rpc_bin"
+        small "RPC, message path, --rdma-coalesce off" 9600 "$rpc_bin" --rdma-coalesce off
+        small "RPC, RDMA stream path" 9300 "$rpc_bin" --rdma-path stream
+    done
+    exit 0
+fi
 
 # The 128 B cells alternate raw stream and RPC twice, so that a burst of load on the host hits
 # one run of each rather than one side of the comparison.

@@ -46,6 +46,7 @@ future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::tr
     so.rdma_registration_cache = o.rdma_registration_cache;
     so.rdma_read_chunk = o.rdma_read_chunk;
     so.rdma_reads_in_flight = o.rdma_reads_in_flight;
+    so.rdma_coalesce = o.rdma_coalesce;
     co_await servers.start(t, so);
     co_await servers.invoke_on(0, [&addr](rpc::server& s) {
         rpc_bench::register_verbs(s);
@@ -162,6 +163,8 @@ int main(int argc, char** argv) {
                  "32M");
     a.add_option("rdma-read-chunk", "over RDMA messages: a large body is READ in pieces of this size", "1M");
     a.add_option("rdma-reads-in-flight", "over RDMA messages: READ requests a connection posts at once", "1");
+    a.add_option("rdma-coalesce",
+                 "over RDMA messages: small frames ready together share one message (on|off)", "on");
     a.add_option("svg", "write a chart (QPS and P99 against concurrency) to this file");
     a.add_flag("json", "print JSON instead of the table");
     net::add_transport_options(a);
@@ -216,6 +219,10 @@ int main(int argc, char** argv) {
         o.rdma_registration_cache = size_t(parse_size(a.get("rdma-registration-cache")));
         o.rdma_read_chunk = size_t(parse_size(a.get("rdma-read-chunk")));
         o.rdma_reads_in_flight = std::max(1u, unsigned(a.get_size("rdma-reads-in-flight")));
+        if (a.get("rdma-coalesce") != "on" && a.get("rdma-coalesce") != "off") {
+            throw std::invalid_argument("--rdma-coalesce is on or off");
+        }
+        o.rdma_coalesce = a.get("rdma-coalesce") == "on";
         o.label = "rpc-" + t.name;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());

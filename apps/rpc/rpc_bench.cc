@@ -84,6 +84,7 @@ future<shard_result> run_shard(net::transport t, net::socket_address server, siz
         co.rdma_registration_cache = o.rdma_registration_cache;
         co.rdma_read_chunk = o.rdma_read_chunk;
         co.rdma_reads_in_flight = o.rdma_reads_in_flight;
+        co.rdma_coalesce = o.rdma_coalesce;
         clients.push_back(std::make_unique<rpc::client>(t, co));
         co_await clients.back()->connect(server);
     }

@@ -34,6 +34,7 @@ struct options {
     size_t rdma_registration_cache = size_t(32) << 20; ///< RDMA message path: per-connection cache
     size_t rdma_read_chunk = size_t(1) << 20;          ///< RDMA message path: READ piece size
     unsigned rdma_reads_in_flight = 1;                 ///< RDMA message path: READs posted at once
+    bool rdma_coalesce = true; ///< RDMA message path: frames of an iteration share a message
     std::string label = "rpc";
 };
 

@@ -10,6 +10,7 @@
 #include "rpc/rdma_link.hh"
 
 #include <cstring>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,15 @@ rpc::rdma_link_stats link_stats() {
     return rpc::rdma_link_stats_here();
 }
 
+/// Server and client options with `set` applied to both (an RDMA setting both ends share).
+template <typename F>
+std::pair<rpc::server_options, rpc::client_options> both_options(F set) {
+    std::pair<rpc::server_options, rpc::client_options> o;
+    set(o.first);
+    set(o.second);
+    return o;
+}
+
 /// `size` bytes of a pattern that differs per size.
 std::string pattern(size_t size) {
     std::string s(size, '\0');
@@ -54,27 +64,91 @@ std::string pattern(size_t size) {
     return s;
 }
 
-/// Small calls: one message each way (no READ), also when many are issued at once.
-TEST(rpc_rdma_path, small_calls_are_one_message_each_way) {
+/// Small calls: one message each way (no READ); calls issued together, and the replies the
+/// server makes together, share messages (coalescing), unless the options turn it off.
+TEST(rpc_rdma_path, small_calls_ready_together_share_a_message) {
+    for (bool coalesce : {true, false}) {
+        run_body([coalesce](rpc_env& env) -> future<> {
+            auto [so, co] = both_options([&](auto& o) { o.rdma_coalesce = coalesce; });
+            fixture fx(env, so, co);
+            co_await fx.client.connect(fx.address);
+            auto before = link_stats();
+            for (int i = 0; i < 100; ++i) {
+                EXPECT_EQ(co_await fx.client.call<&add>(i, 1), i + 1);
+            }
+            auto middle = link_stats();
+            // Client and server share this shard: one call at a time is one message out and one
+            // back, whatever the setting.
+            EXPECT_EQ(middle.frames_sent - before.frames_sent, 2u * 100);
+            EXPECT_EQ(middle.messages_sent - before.messages_sent, 2u * 100);
+            EXPECT_EQ(middle.messages_received - before.messages_received, 2u * 100);
+            std::vector<future<int32_t>> batch;
+            for (int i = 0; i < 64; ++i) {
+                batch.push_back(fx.client.call<&add>(i, 2));
+            }
+            for (int i = 0; i < 64; ++i) {
+                EXPECT_EQ(co_await std::move(batch[i]), i + 2);
+            }
+            auto after = link_stats();
+            EXPECT_EQ(after.frames_sent - middle.frames_sent, 2u * 64);
+            EXPECT_EQ(after.frames_received - middle.frames_received, 2u * 64);
+            EXPECT_EQ(after.messages_received - middle.messages_received,
+                      after.messages_sent - middle.messages_sent);
+            if (coalesce) {
+                // The 64 requests leave in one task: together they are far below the 16 KiB the
+                // peer receives, so they share one message; the replies share some too.
+                EXPECT_LE(after.messages_sent - middle.messages_sent, 2u * 8) << "frames were not coalesced";
+            } else {
+                EXPECT_EQ(after.messages_sent - middle.messages_sent, 2u * 64);
+            }
+            EXPECT_EQ(after.remote_bodies_sent, before.remote_bodies_sent);
+            co_await fx.stop();
+        });
+    }
+}
+
+/// A message of several frames is split by the receiver (each request answered); a message
+/// whose bytes after a frame are not a whole frame closes the connection as a protocol error.
+TEST(rpc_rdma_path, a_message_of_several_frames_is_split_and_checked) {
     run_body([](rpc_env& env) -> future<> {
         fixture fx(env);
-        co_await fx.client.connect(fx.address);
-        auto before = link_stats();
-        for (int i = 0; i < 100; ++i) {
-            EXPECT_EQ(co_await fx.client.call<&add>(i, 1), i + 1);
+        auto c = co_await net::rdma::connect_rc(fx.address);
+        net::message_connection m = c.messages();
+        auto request = [](uint64_t id, int32_t x) {
+            auto f = rpc::make_frame(rpc::frame_type::request, x, int32_t(1000));
+            f.header.verb = rpc::verb_id<&add>;
+            f.header.signature = rpc::signature_hash<&add>;
+            f.header.request_id = id;
+            f.header.encode(f.head.get_write());
+            return std::move(f.head);
+        };
+        co_await m.send(request(1, 1), request(2, 2), request(3, 3));
+        std::map<uint64_t, int32_t> replies;
+        while (replies.size() < 3) {
+            std::optional<net::temporary_buffer> msg =
+                co_await with_timeout(steady_clock_type::now() + 10s, m.receive());
+            if (!msg) {
+                ADD_FAILURE() << "the server closed after " << replies.size() << " replies";
+                break;
+            }
+            for (size_t off = 0; off < msg->size();) {
+                auto h = rpc::frame_header::decode(msg->get() + off, 1 << 20);
+                EXPECT_EQ(h.type, rpc::frame_type::response);
+                int32_t v = 0;
+                EXPECT_EQ(h.payload_size, sizeof v);
+                std::memcpy(&v, msg->get() + off + rpc::frame_header::size, sizeof v);
+                replies[h.request_id] = v;
+                off += rpc::frame_header::size + h.body_size();
+            }
         }
-        std::vector<future<int32_t>> batch;
-        for (int i = 0; i < 64; ++i) {
-            batch.push_back(fx.client.call<&add>(i, 2));
-        }
-        for (int i = 0; i < 64; ++i) {
-            EXPECT_EQ(co_await std::move(batch[i]), i + 2);
-        }
-        auto after = link_stats();
-        // Client and server share this shard: each call is one message out and one back.
-        EXPECT_EQ(after.frames_sent - before.frames_sent, 2u * 164);
-        EXPECT_EQ(after.frames_received - before.frames_received, 2u * 164);
-        EXPECT_EQ(after.remote_bodies_sent, before.remote_bodies_sent);
+        EXPECT_EQ(replies, (std::map<uint64_t, int32_t>{{1, 1001}, {2, 1002}, {3, 1003}}));
+        const uint64_t errors = fx.server.stats().protocol_errors;
+        co_await m.send(request(4, 4), net::temporary_buffer::copy_of(std::string_view("garbage!!")));
+        EXPECT_TRUE(
+            co_await eventually([&] { return fx.server.stats().protocol_errors == errors + 1; }, 5000ms))
+            << "a message with 9 bytes after its frame was taken";
+        EXPECT_TRUE(co_await eventually([&] { return fx.server.stats().connections_open == 0; }, 5000ms));
+        m.abort();
         co_await fx.stop();
     });
 }
@@ -122,10 +196,7 @@ TEST(rpc_rdma_path, large_attachments_round_trip_by_read) {
 TEST(rpc_rdma_path, repeated_large_attachments_are_not_registered_again) {
     for (size_t cache : {size_t(32) << 20, size_t(0)}) {
         run_body([cache](rpc_env& env) -> future<> {
-            rpc::server_options so;
-            so.rdma_registration_cache = cache;
-            rpc::client_options co;
-            co.rdma_registration_cache = cache;
+            auto [so, co] = both_options([&](auto& o) { o.rdma_registration_cache = cache; });
             fixture fx(env, so, co);
             co_await fx.client.connect(fx.address);
             net::temporary_buffer payload(size_t(1) << 20);
@@ -163,10 +234,8 @@ TEST(rpc_rdma_path, repeated_large_attachments_are_not_registered_again) {
 /// caller gets its own bytes back whatever order the READs finish in.
 TEST(rpc_rdma_path, large_bodies_in_flight_together_reach_their_calls) {
     run_body([](rpc_env& env) -> future<> {
-        rpc::server_options so;
-        so.rdma_reads_in_flight = 16; // the default (1) READs one body at a time
-        rpc::client_options co;
-        co.rdma_reads_in_flight = 16;
+        // The default (1) READs one body at a time.
+        auto [so, co] = both_options([](auto& o) { o.rdma_reads_in_flight = 16; });
         fixture fx(env, so, co);
         co_await fx.client.connect(fx.address);
         std::vector<net::temporary_buffer> payloads;
