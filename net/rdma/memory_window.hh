@@ -32,6 +32,8 @@ struct window_state {
 /// A memory window of type 2 on the calling shard: bound with `connection::bind_window` to a
 /// range of a registration (made with `access::mw_bind`) on ONE connection's QP, it gives that
 /// peer, and no other, the access chosen at the bind to exactly that range, under a fresh rkey.
+/// Caveat: rxe (Soft-RoCE) checks the range against the MR, not the window — there a window
+/// confines the peer to one QP and its rights, not to its range (docs/rdma.md).
 /// `connection::invalidate_window` (LOCAL_INV on the same QP) revokes it; `revoke_now()` revokes
 /// it synchronously by deallocating it.
 ///
