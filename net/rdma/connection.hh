@@ -98,6 +98,27 @@ public:
     /// is one SEND of at most the peer's receive size (no splitting), received as one buffer.
     net::message_connection messages();
 
+    /// Binds the unbound type-2 window `w` (of this shard: `allocate_window`) to `len` bytes at
+    /// `addr` of registration `mr` (registered with `access::mw_bind`) on this connection's QP,
+    /// with the remote rights `a`: a BIND_MW work request under a new rkey. Resolves, once the
+    /// bind completed, with the region the peer uses; only this connection's peer can use it
+    /// (the rkey is refused on any other QP). A failed bind fails the future and the connection
+    /// (like any failed work request); the window is then deallocated when dropped.
+    future<remote_region> bind_window(memory_window& w, const ibv_mr* mr, const char* addr, size_t len,
+                                      access a) {
+        return impl().bind_window(w, mr, addr, len, a);
+    }
+    /// `bind_window` over `len` bytes at `offset` of `mr`.
+    future<remote_region> bind_window(memory_window& w, const memory_region& mr, size_t offset, size_t len,
+                                      access a) {
+        return impl().bind_window(w, mr.mr(), mr.data() + offset, len, a);
+    }
+    /// Invalidates window `w`, bound on this connection (LOCAL_INV of its rkey on the same QP):
+    /// resolves once it completed; from then on the rkey fails with a remote access error and
+    /// the window goes back to the shard's free list when dropped. Operations of the peer that
+    /// the device executed before the invalidate may still have completed.
+    future<> invalidate_window(memory_window& w) { return impl().invalidate_window(w); }
+
     /// This side's address.
     net::socket_address local_address() const noexcept { return impl().local_address(); }
     /// The peer's address.

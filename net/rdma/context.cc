@@ -148,6 +148,10 @@ shard_context::~shard_context() {
         (void)_pool.release();
         return;
     }
+    for (ibv_mw* mw : _windows) {
+        ibv_dealloc_mw(mw);
+    }
+    _windows.clear();
     _pool.reset();
     if (_parent) {
         ibv_dealloc_pd(_parent);
@@ -158,6 +162,23 @@ shard_context::~shard_context() {
     if (_td) {
         ibv_dealloc_td(_td);
     }
+}
+
+bool shard_context::memory_windows() const noexcept {
+    return _dev->capabilities().memory_windows;
+}
+
+ibv_mw* shard_context::take_window() noexcept {
+    if (_windows.empty()) {
+        return nullptr;
+    }
+    ibv_mw* mw = _windows.back();
+    _windows.pop_back();
+    return mw;
+}
+
+void shard_context::keep_window(ibv_mw* mw) {
+    _windows.push_back(mw);
 }
 
 shard_context& shard_context::local() {

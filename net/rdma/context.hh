@@ -86,6 +86,12 @@ public:
     internal::shared_receive_queue& srq() noexcept { return *_srq; }
     /// The shard's registered memory.
     memory_pool& pool() noexcept { return *_pool; }
+    /// Whether the device binds memory windows of type 2 (`memory_window`).
+    bool memory_windows() const noexcept;
+    /// An unbound type-2 window of the shard's free list, or null when the list is empty.
+    ibv_mw* take_window() noexcept;
+    /// Keeps an unbound window for reuse (deallocated with the context).
+    void keep_window(ibv_mw* mw);
     /// The rdma_cm event channel of the shard's ids.
     rdma_event_channel* cm_channel() const noexcept { return _cm; }
     /// The shard that owns the context.
@@ -175,6 +181,7 @@ private:
     ibv_pd* _pd = nullptr;
     ibv_pd* _parent = nullptr;
     std::unique_ptr<memory_pool> _pool;
+    std::vector<ibv_mw*> _windows; // unbound type-2 windows for reuse
     std::unique_ptr<internal::cq_poller> _cq;
     std::unique_ptr<internal::shared_receive_queue> _srq;
     rdma_event_channel* _cm = nullptr;

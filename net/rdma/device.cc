@@ -285,7 +285,8 @@ void device::choose_gid(int requested, const std::string& address) {
 void device::probe_capabilities() {
     _caps.atomics = _attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
     _caps.max_send_sge = uint32_t(std::max(1, _attr.orig_attr.max_sge));
-    _caps.memory_windows = (_attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
+    _caps.memory_windows = (_attr.orig_attr.device_cap_flags &
+                            (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
 
     errno = 0;
     ibv_td_init_attr td_attr{};

@@ -19,6 +19,8 @@ enum class access : unsigned {
     remote_read = 1,
     remote_write = 2,
     remote_atomic = 4,
+    /// Memory windows may be bound on the registration (`memory_window`); grants no access itself.
+    mw_bind = 8,
 };
 /// Both sets of rights.
 constexpr access operator|(access a, access b) noexcept {
@@ -119,6 +121,8 @@ public:
     uint32_t lkey() const noexcept { return _mr->lkey; }
     /// The remote key a peer uses (works only for the rights granted).
     uint32_t rkey() const noexcept { return _mr->rkey; }
+    /// The verbs registration (memory windows are bound on it).
+    ibv_mr* mr() const noexcept { return _mr; }
     /// True while registered.
     explicit operator bool() const noexcept { return _mr != nullptr; }
     /// `len` bytes at `offset`; throws std::out_of_range past the end.

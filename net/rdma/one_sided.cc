@@ -1,4 +1,5 @@
-// One-sided operations of a connection and the regions they work on.
+// One-sided operations of a connection, the regions they work on, and the binding and
+// invalidation of memory windows.
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
 #include "net/rdma/memory_region.hh"
@@ -12,6 +13,23 @@
 namespace shoal::net::rdma {
 
 // --- regions
+
+namespace {
+/// The ibv_access_flags of `a`'s remote rights.
+int remote_access_flags(access a) noexcept {
+    int flags = 0;
+    if (has(a, access::remote_read)) {
+        flags |= IBV_ACCESS_REMOTE_READ;
+    }
+    if (has(a, access::remote_write)) {
+        flags |= IBV_ACCESS_REMOTE_WRITE;
+    }
+    if (has(a, access::remote_atomic)) {
+        flags |= IBV_ACCESS_REMOTE_ATOMIC;
+    }
+    return flags;
+}
+} // namespace
 
 memory_region& memory_region::operator=(memory_region&& o) noexcept {
     if (this != &o) {
@@ -47,15 +65,9 @@ local_span span_of(const buffer& b, size_t offset, size_t len) {
 
 memory_region register_memory(void* addr, size_t len, access a) {
     shard_context& ctx = shard_context::local();
-    int flags = IBV_ACCESS_LOCAL_WRITE;
-    if (has(a, access::remote_read)) {
-        flags |= IBV_ACCESS_REMOTE_READ;
-    }
-    if (has(a, access::remote_write)) {
-        flags |= IBV_ACCESS_REMOTE_WRITE;
-    }
-    if (has(a, access::remote_atomic)) {
-        flags |= IBV_ACCESS_REMOTE_ATOMIC;
+    int flags = IBV_ACCESS_LOCAL_WRITE | remote_access_flags(a);
+    if (has(a, access::mw_bind)) {
+        flags |= IBV_ACCESS_MW_BIND;
     }
     internal::count_registration();
     ibv_mr* mr = ibv_reg_mr(ctx.pd(), addr, len, flags);
@@ -404,6 +416,101 @@ future<uint32_t> connection_impl::next_immediate() {
     }
     _imm_waiter.emplace();
     return _imm_waiter->get_future();
+}
+
+} // namespace shoal::net::rdma::internal
+
+// --- memory windows (see memory_window.hh)
+
+namespace shoal::net::rdma::internal {
+
+future<remote_region> connection_impl::bind_window(memory_window& w, const ibv_mr* mr, const char* addr,
+                                                   size_t len, access a) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!w || w._s->shard != _shard) {
+        return make_exception_future<remote_region>(
+            std::invalid_argument("bind_window: no window, or one of another shard"));
+    }
+    if (w.bound()) {
+        return make_exception_future<remote_region>(
+            std::logic_error("bind_window: the window is bound (invalidate it first)"));
+    }
+    auto base = static_cast<const char*>(mr->addr);
+    if (addr < base || len == 0 || len > mr->length || size_t(addr - base) > mr->length - len) {
+        return make_exception_future<remote_region>(std::out_of_range(
+            fmt::format("bind_window: {} bytes at {} are not inside the registration of {} bytes at {}", len,
+                        static_cast<const void*>(addr), mr->length, mr->addr)));
+    }
+    if (remote_access_flags(a) == 0) {
+        return make_exception_future<remote_region>(
+            std::invalid_argument("bind_window: grant at least one remote access right"));
+    }
+    if (!usable()) {
+        return make_exception_future<remote_region>(_error ? _error : closed_error());
+    }
+    // From here on the window counts as bound (not reusable) until an invalidate completes,
+    // whatever becomes of the bind.
+    auto st = w._s;
+    st->reusable = false;
+    // The new key keeps the window's top 24 bits and advances the low 8 on every bind, so the
+    // previous binding's rkey stops matching. mw->rkey stays the current key until the bind
+    // completed (providers pass it along with the new one); the completion then records the new
+    // key there (posted binds do not, and the free list keeps only the ibv_mw).
+    st->bound = {reinterpret_cast<uintptr_t>(addr), ibv_inc_rkey(st->mw->rkey), len};
+    return start_op<void>(false, [this, st, mr, a] { return issue_bind_window(st, mr, a); }).then([st] {
+        return st->bound;
+    });
+}
+
+future<> connection_impl::issue_bind_window(const std::shared_ptr<window_state>& st, const ibv_mr* mr,
+                                            access a) {
+    send_slot& s = prepare_window_op(send_slot::op::bind_window, st);
+    s.wr.opcode = IBV_WR_BIND_MW;
+    s.wr.bind_mw.mw = st->mw;
+    s.wr.bind_mw.rkey = st->bound.rkey;
+    s.wr.bind_mw.bind_info.mr = const_cast<ibv_mr*>(mr);
+    s.wr.bind_mw.bind_info.addr = st->bound.addr;
+    s.wr.bind_mw.bind_info.length = st->bound.length;
+    s.wr.bind_mw.bind_info.mw_access_flags = unsigned(remote_access_flags(a));
+    return post_window_op(s);
+}
+
+send_slot& connection_impl::prepare_window_op(send_slot::op kind,
+                                              const std::shared_ptr<window_state>& st) noexcept {
+    take_turn(false);
+    send_slot& s = next_slot();
+    s.kind = kind;
+    s.signaled = true;
+    s.window = st;
+    s.wr.sg_list = nullptr;
+    s.wr.num_sge = 0;
+    s.done = promise<>();
+    return s;
+}
+
+future<> connection_impl::post_window_op(send_slot& s) noexcept {
+    auto f = s.done.get_future();
+    append(s);
+    return f;
+}
+
+future<> connection_impl::invalidate_window(memory_window& w) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (!w || w._s->shard != _shard) {
+        return make_exception_future<>(
+            std::invalid_argument("invalidate_window: no window, or one of another shard"));
+    }
+    if (!usable()) {
+        return make_exception_future<>(_error ? _error : closed_error());
+    }
+    return start_op<void>(false, [this, st = w._s] { return issue_invalidate_window(st); });
+}
+
+future<> connection_impl::issue_invalidate_window(const std::shared_ptr<window_state>& st) {
+    send_slot& s = prepare_window_op(send_slot::op::invalidate_window, st);
+    s.wr.opcode = IBV_WR_LOCAL_INV;
+    s.wr.invalidate_rkey = st->bound.rkey;
+    return post_window_op(s);
 }
 
 } // namespace shoal::net::rdma::internal

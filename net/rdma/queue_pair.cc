@@ -36,6 +36,10 @@ const char* op_name(send_slot::op k) noexcept {
         return "FETCH_AND_ADD";
     case send_slot::op::compare_swap:
         return "COMPARE_AND_SWAP";
+    case send_slot::op::bind_window:
+        return "BIND_MW";
+    case send_slot::op::invalidate_window:
+        return "LOCAL_INV";
     default:
         return "?";
     }
@@ -56,7 +60,7 @@ std::exception_ptr connection_impl::op_error(const send_slot& s, ibv_wc_status s
         return _error ? _error : closed_error();
     }
     std::string what;
-    bool one_sided = s.kind >= send_slot::op::read;
+    bool one_sided = s.kind >= send_slot::op::read && s.kind <= send_slot::op::compare_swap;
     if (one_sided) {
         what = fmt::format("RDMA {} of {} bytes at remote 0x{:x} (rkey 0x{:x}) on the connection to {}: {}",
                            op_name(s.kind), s.sge.length,
@@ -228,11 +232,29 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
             s.value.set_exception(op_error(s, status));
         }
         break;
+    case send_slot::op::bind_window:
+    case send_slot::op::invalidate_window:
+        // A bound window stays unusable for reuse unless an invalidate completed (see
+        // memory_window.hh): after a failed bind or invalidate it is deallocated when dropped.
+        if (ok && s.kind == send_slot::op::bind_window && s.window->mw) {
+            s.window->mw->rkey = s.wr.bind_mw.rkey;
+        }
+        if (ok && s.kind == send_slot::op::invalidate_window) {
+            s.window->reusable = true;
+            s.window->bound = {};
+        }
+        if (ok) {
+            s.done.set_value();
+        } else {
+            s.done.set_exception(op_error(s, status));
+        }
+        break;
     default:
         break;
     }
     s.copy.reset();
     s.held.reset();
+    s.window.reset();
     s.kind = send_slot::op::free;
 }
 

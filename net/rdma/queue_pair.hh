@@ -7,6 +7,7 @@
 #include "net/rdma/completion.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
+#include "net/rdma/memory_window.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/private_data.hh"
 #include "net/socket_address.hh"
@@ -56,6 +57,7 @@ namespace internal {
 
 class connection_impl;
 class acceptor;
+struct window_state;
 
 /// The user's hold on a connection: the connection lives while a ref does (or until it breaks);
 /// dropping the last one closes it.
@@ -108,18 +110,31 @@ struct held_buffers {
 /// One send work request and what it holds until it completes. Its address is the request's
 /// wr_id; a signaled completion retires it and every unsignaled request posted before it.
 struct send_slot final : completion_handler {
-    enum class op : uint8_t { free, stream, ctrl, fin, read, write, write_imm, fetch_add, compare_swap };
+    enum class op : uint8_t {
+        free,
+        stream,
+        ctrl,
+        fin,
+        read,
+        write,
+        write_imm,
+        fetch_add,
+        compare_swap,
+        bind_window,
+        invalidate_window
+    };
     connection_impl* conn = nullptr;
     uint64_t seq = 0;
     op kind = op::free;
     bool signaled = false;
     ibv_send_wr wr{};
     std::array<ibv_sge, max_send_gather> sges{};
-    ibv_sge& sge = sges[0];  // the first entry (the only one of one-sided operations)
-    buffer copy;             // pool copy of stream bytes
-    held_buffers held;       // caller memory sent in place
-    promise<> done;          // READ / WRITE / WRITE_WITH_IMM
-    promise<uint64_t> value; // atomics: the previous value
+    ibv_sge& sge = sges[0];               // the first entry (the only one of one-sided operations)
+    buffer copy;                          // pool copy of stream bytes
+    held_buffers held;                    // caller memory sent in place
+    promise<> done;                       // READ / WRITE / WRITE_WITH_IMM / window bind and invalidate
+    std::shared_ptr<window_state> window; // the window a bind or invalidate works on
+    promise<uint64_t> value;              // atomics: the previous value
     /// Passes the completion to the connection, which retires this slot and the ones before it.
     void complete(const ibv_wc& wc) noexcept override;
 };
@@ -229,6 +244,13 @@ public:
                                   uint64_t desired, abort_source& as);
     /// See `rdma::connection::next_immediate`; one waiter at a time.
     future<uint32_t> next_immediate();
+
+    // --- memory windows (memory_window.cc)
+    /// See `rdma::connection::bind_window`.
+    future<remote_region> bind_window(memory_window& w, const ibv_mr* mr, const char* addr, size_t len,
+                                      access a);
+    /// See `rdma::connection::invalidate_window`.
+    future<> invalidate_window(memory_window& w);
 
     // --- tagged immediates (immediates.cc)
     /// Opens the channel of immediates tagged `tag` (see `rdma::immediate_channel`); the first
@@ -364,6 +386,12 @@ private:
     future<uint64_t> issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
     future<uint64_t> issue_compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                         uint64_t desired);
+    future<> issue_bind_window(const std::shared_ptr<window_state>& st, const ibv_mr* mr, access a);
+    future<> issue_invalidate_window(const std::shared_ptr<window_state>& st);
+    /// Start of both: a signaled slot of `kind` (no scatter-gather) holding window `st`.
+    send_slot& prepare_window_op(send_slot::op kind, const std::shared_ptr<window_state>& st) noexcept;
+    /// End of both: queues `s` and returns its completion.
+    future<> post_window_op(send_slot& s) noexcept;
 
     // stream helpers (stream.cc)
     /// Nothing queued to send (stream bytes or messages).

@@ -20,6 +20,7 @@
 #include "net/rdma/fault_injector.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
+#include "net/rdma/memory_window.hh"
 #include "net/rdma/nic_local.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/peer.hh"

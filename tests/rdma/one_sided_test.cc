@@ -125,17 +125,6 @@ future<> serve(net::socket_address a) {
     return make_ready_future<>();
 }
 
-/// Runs `op` and returns the message of the remote_access_error it fails with ("" if none).
-future<std::string> remote_error_of(future<> op) {
-    try {
-        co_await std::move(op);
-    } catch (const rdma::remote_access_error& e) {
-        co_return std::string(e.what());
-    } catch (const std::exception& e) {
-        co_return std::string("other error: ") + e.what();
-    }
-    co_return std::string();
-}
 } // namespace
 
 TEST(one_sided, access_outside_a_region_breaks_only_that_connection) {

@@ -142,6 +142,18 @@ inline future<bool> all_connections_gone(std::chrono::milliseconds timeout = 500
     }
 }
 
+/// Runs `op` and returns the message of the remote_access_error it fails with ("" if none).
+inline future<std::string> remote_error_of(future<> op) {
+    try {
+        co_await std::move(op);
+    } catch (const rdma::remote_access_error& e) {
+        co_return std::string(e.what());
+    } catch (const std::exception& e) {
+        co_return std::string("other error: ") + e.what();
+    }
+    co_return std::string();
+}
+
 } // namespace shoal::rdma_test
 
 /// ASSERT for coroutine bodies: throws, so the body fails and RDMA is still stopped.
