@@ -2,6 +2,7 @@
 
 #include "core/future.hh"
 #include "net/rdma/connection.hh"
+#include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
 
 #include <cstddef>
@@ -13,9 +14,15 @@
 
 namespace shoal::net::rdma {
 
+class ring_consumer;
+
 namespace internal {
 class ring_consumer_state;
 class ring_producer_state;
+/// Test hook: makes a ring that was never attached start at `index` (a multiple of 8) instead
+/// of 0, as if that many bytes had passed through it, so a test reaches the wrap of the
+/// doorbell's 28-bit field without writing 2 GiB. std::logic_error once attached.
+void ring_consumer_start_at(ring_consumer& r, uint64_t index);
 } // namespace internal
 
 /// Layout of a ring (see docs/rdma.md, "Ring channel"): a 64-byte header, then the data area.
@@ -32,13 +39,27 @@ struct ring_layout {
     static constexpr size_t capacity_offset = 16;
     /// Offset of the magic number (`magic`) that marks a shoal ring.
     static constexpr size_t magic_offset = 24;
-    /// "SHRING01": a ring of this format.
-    static constexpr uint64_t magic = 0x3130474e49524853ULL;
+    /// "SHRING02": a ring of this format whose doorbells travel on tagged immediates (version
+    /// 01, whose doorbells took the connection's immediates whole, is refused by `open`).
+    static constexpr uint64_t magic = 0x3230474e49524853ULL;
     /// Bytes of an entry's header (length + kind); entries are 8-byte aligned.
     static constexpr size_t entry_header_size = 8;
-    /// Smallest and largest data area (a power of two in between).
+    /// Smallest and largest data area (a power of two in between). The largest is bounded by
+    /// the doorbell's 28-bit value (indices in 8-byte units, so 2^31 bytes before it repeats):
+    /// decoding a wait request needs twice the capacity below that (ring_channel.cc).
     static constexpr size_t min_capacity = 64;
     static constexpr size_t max_capacity = size_t(1) << 30;
+};
+
+/// The two channels of tagged immediates (`connection::immediates`) a ring uses on its
+/// connection; both ends must name the same tags, and other users of the connection (messages,
+/// the stream, other tags) share it freely. A reverse ring on the same connection takes two
+/// other tags.
+struct ring_tags {
+    /// Producer to consumer: the doorbell of a batch (its end index, in 8-byte units).
+    unsigned doorbell = 14;
+    /// Wait requests (producer to consumer) and their answers (consumer to producer).
+    unsigned wait = 15;
 };
 
 /// Counters of a ring consumer; read them on its shard.
@@ -68,9 +89,9 @@ struct ring_producer_stats {
 /// construction (`descriptor()` is what the producer needs); `attach` names the connection the
 /// producer's doorbells arrive on. The ring and its indices outlive connections: after a fault,
 /// attach a new connection and open a new producer on it (it resumes at the ring's indices).
-/// The channel takes over the connection's immediates (`next_immediate`) on both sides; one
-/// channel per connection. Destroying the consumer closes the attached connection and then
-/// revokes the ring. Move-only; used on its shard only.
+/// The channel uses two tags of the connection's immediates (`ring_tags`) on both sides; the
+/// rest of the connection stays free for other users. Destroying the consumer closes the
+/// attached connection and then revokes the ring. Move-only; used on its shard only.
 class ring_consumer {
 public:
     /// No ring.
@@ -86,9 +107,11 @@ public:
     /// The exported ring (header + data area) to hand to the producer, e.g. as
     /// `listen_options.connection->region` or in a message of the application's own.
     remote_region descriptor() const noexcept;
-    /// Takes the doorbells of `c` (a connection on this shard to the producer's side). Throws
-    /// std::logic_error while an earlier attached connection is still usable.
-    void attach(connection c);
+    /// Takes the doorbells of `c` (a connection on this shard to the producer's side) on the
+    /// immediate channels of `tags` (the producer's). Throws std::logic_error while an earlier
+    /// attached connection is still usable or when a tag is already open on `c`, and
+    /// std::invalid_argument for a bad or repeated tag.
+    void attach(connection c, ring_tags tags = {});
     /// The next message, in order: a view of its bytes inside the ring, valid until the next
     /// `receive` or `release` (which give its space back to the producer). The view is the
     /// remote-writable ring itself: an honest producer never writes into space not yet
@@ -117,11 +140,12 @@ public:
     explicit operator bool() const noexcept { return bool(_s); }
 
 private:
+    friend void internal::ring_consumer_start_at(ring_consumer& r, uint64_t index);
     std::shared_ptr<internal::ring_consumer_state> _s;
 };
 
 /// The sending end of a ring channel: writes length-prefixed messages straight into a
-/// consumer's ring with RDMA WRITE_WITH_IMM (the immediate is the doorbell), keeping a cached
+/// consumer's ring with RDMA WRITE_WITH_IMM (a tagged immediate is the doorbell), keeping a cached
 /// copy of the consumer's read index. A full ring makes `send` wait (nothing is overwritten).
 /// Destroying the producer closes its connection; sends still queued fail. Move-only; used on
 /// the shard of its connection only.
@@ -140,9 +164,12 @@ public:
     /// connection resumes where the consumer is. Registers one local staging area of the
     /// ring's size, so the size the peer announces is bounded: a ring of more than
     /// `max_capacity` data bytes fails with std::invalid_argument naming both sizes, before
-    /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring.
+    /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring
+    /// or its capacity is not a power of two up to `ring_layout::max_capacity`. Opens the
+    /// immediate channels of `tags` on `c` (the consumer's; see `ring_consumer::attach` for
+    /// what fails).
     static future<ring_producer> open(connection c, const remote_region& ring,
-                                      size_t max_capacity = default_max_capacity);
+                                      size_t max_capacity = default_max_capacity, ring_tags tags = {});
 
     /// Sends `msg` (0 to `max_message_size()` bytes). The bytes are copied into the staging
     /// area when the ring has room, at once; when it is full they are copied later, so keep
