@@ -7,6 +7,10 @@
 // - Every batch of entries ends with one WRITE_WITH_IMM whose immediate, on the doorbell tag
 //   (ring_tags), carries the write index after it in 8-byte units, mod 2^28 (`encode`). RC
 //   ordering makes the entries visible when the immediate arrives.
+// - Attach: the consumer takes a connection only once it no longer processes the previous
+//   one's doorbells, and then sends a *hello* (a zero-length WRITE_WITH_IMM on the wait tag
+//   carrying its encoded write index); `open` waits for it before it READs the header, so the
+//   indices and the record count it resumes at are final.
 // - Back-pressure: the producer keeps a cached read index; when an entry does not fit it READs
 //   the consumer's read index, and if the ring is still full it sends a wait request (a
 //   zero-length WRITE_WITH_IMM on the wait tag carrying the encoded read index it needs). The
@@ -161,6 +165,9 @@ public:
         _push_at.reset();
         (void)doorbells(self, _gen);
         (void)wait_requests(std::move(self), _gen);
+        // The hello: the header is final for this connection (see the top of this file). Not
+        // awaited: a failure breaks the connection, which the doorbell loop reports.
+        (void)_wait.write_with_imm({}, remote_region{}, 0, encode(_known_w));
     }
 
     void start_at(uint64_t index) {
@@ -293,7 +300,17 @@ private:
             return;
         }
         ++_stats.doorbells;
+        for (uint64_t at = _known_w; at < w;) {
+            std::optional<entry> e = entry_at(at, w);
+            if (!e) {
+                break; // next() reports it
+            }
+            at += e->size;
+            _announced += e->message;
+        }
         _known_w = w;
+        std::atomic_ref<uint64_t>(word(ring_layout::records_offset))
+            .store(_announced, std::memory_order_relaxed);
         std::atomic_ref<uint64_t>(word(ring_layout::write_index_offset)).store(w, std::memory_order_release);
         if (_waiter) {
             if (auto m = next()) {
@@ -311,27 +328,50 @@ private:
     /// space). Called only when nothing is held.
     std::optional<std::span<const char>> next() {
         while (_next < _known_w) {
-            size_t off = _next & _mask;
-            entry_header h;
-            std::memcpy(&h, _data + off, sizeof(h));
-            if (h.kind == kind_wrap && _cap - off <= _known_w - _next) {
-                _next += _cap - off;
-                ++_stats.wraps;
-                publish(_next);
-                continue;
-            }
-            size_t size = entry_size(h.length);
-            if (h.kind != kind_message || h.length > _cap || size > _known_w - _next || size > _cap - off) {
+            const size_t off = _next & _mask;
+            std::optional<entry> e = entry_at(_next, _known_w);
+            if (!e) {
+                entry_header h;
+                std::memcpy(&h, _data + off, sizeof(h));
                 broken(fmt::format("bad entry (length {}, kind 0x{:x}) at index {} (write index {})",
                                    h.length, h.kind, _next, _known_w));
                 return std::nullopt;
             }
-            _next += size;
+            _next += e->size;
+            if (!e->message) {
+                ++_stats.wraps;
+                publish(_next);
+                continue;
+            }
             ++_stats.messages;
-            _stats.bytes += h.length;
-            return std::span<const char>(_data + off + sizeof(h), h.length);
+            _stats.bytes += e->length;
+            return std::span<const char>(_data + off + sizeof(entry_header), e->length);
         }
         return std::nullopt;
+    }
+
+    /// An entry as the consumer checked it: its bytes in the ring, whether it is a message
+    /// (else a wrap marker), and the message's length.
+    struct entry {
+        uint64_t size;
+        bool message;
+        uint32_t length;
+    };
+
+    /// The entry at index `at` of the announced bytes before `end`; nothing when it is not a
+    /// valid entry there.
+    std::optional<entry> entry_at(uint64_t at, uint64_t end) const noexcept {
+        const size_t off = at & _mask;
+        entry_header h;
+        std::memcpy(&h, _data + off, sizeof(h));
+        if (h.kind == kind_wrap && _cap - off <= end - at) {
+            return entry{_cap - off, false, 0};
+        }
+        const size_t size = entry_size(h.length);
+        if (h.kind != kind_message || h.length > _cap || size > end - at || size > _cap - off) {
+            return std::nullopt;
+        }
+        return entry{size, true, h.length};
     }
 
     /// Makes `r` the read index the producer sees; answers a wait request it satisfies. The
@@ -389,9 +429,10 @@ private:
     immediate_channel _doorbell; // of _conn
     immediate_channel _wait;     // of _conn
     uint64_t _gen = 0;
-    uint64_t _known_w = 0; // end of the last entry whose doorbell arrived
-    uint64_t _next = 0;    // start of the first entry not handed out
-    uint64_t _r = 0;       // end of the last entry released (published in the header)
+    uint64_t _known_w = 0;   // end of the last entry whose doorbell arrived
+    uint64_t _next = 0;      // start of the first entry not handed out
+    uint64_t _r = 0;         // end of the last entry released (published in the header)
+    uint64_t _announced = 0; // messages up to _known_w (published in the header)
     std::optional<uint64_t> _push_at;
     std::optional<promise<std::span<const char>>> _waiter;
     std::exception_ptr _error;
@@ -419,12 +460,15 @@ public:
         , _mr(std::move(mr))
         , _flusher(this) {}
 
-    /// Takes the indices read from the ring's header (validated by the caller).
-    void resume_at(uint64_t w, uint64_t r) noexcept {
+    /// Takes the indices and record count read from the ring's header (validated by the caller).
+    void resume_at(uint64_t w, uint64_t r, uint64_t records) noexcept {
         _w = w;
         _posted = w;
         _r = r;
+        _resume_record = records;
     }
+
+    uint64_t resume_record() const noexcept { return _resume_record; }
 
     future<> send(std::span<const char> msg) {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
@@ -670,11 +714,12 @@ private:
     remote_region _ring;
     size_t _cap;
     uint64_t _mask;
-    page_memory _mem;     // staging area (a mirror of the data area) + 64 bytes of scratch
-    memory_region _mr;    // destroyed before _mem
-    uint64_t _w = 0;      // end of what this producer staged
-    uint64_t _posted = 0; // end of what this producer posted (announced by a doorbell)
-    uint64_t _r = 0;      // the consumer's read index, as last seen
+    page_memory _mem;            // staging area (a mirror of the data area) + 64 bytes of scratch
+    memory_region _mr;           // destroyed before _mem
+    uint64_t _w = 0;             // end of what this producer staged
+    uint64_t _posted = 0;        // end of what this producer posted (announced by a doorbell)
+    uint64_t _r = 0;             // the consumer's read index, as last seen
+    uint64_t _resume_record = 0; // messages announced before this producer (from the header)
     std::deque<pending> _queue;
     std::deque<done> _done;
     flush_task _flusher;
@@ -786,21 +831,26 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
     internal::page_memory mem = internal::allocate_pages(cap + ring_layout::header_size);
     memory_region mr = register_memory(mem.get(), cap + ring_layout::header_size);
     char* header = mem.get() + cap;
+    // The consumer's hello says it attached this connection: the header is final (see the top of
+    // ring_channel.cc). A value other than its write index is a protocol error.
+    const uint32_t hello = co_await wait.next();
     co_await c.read(mr.span(cap, ring_layout::header_size), ring, 0);
-    uint64_t w, r, capacity, magic;
+    uint64_t w, r, capacity, magic, records;
     std::memcpy(&w, header + ring_layout::write_index_offset, 8);
     std::memcpy(&r, header + ring_layout::read_index_offset, 8);
     std::memcpy(&capacity, header + ring_layout::capacity_offset, 8);
     std::memcpy(&magic, header + ring_layout::magic_offset, 8);
-    if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0) {
+    std::memcpy(&records, header + ring_layout::records_offset, 8);
+    if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0 ||
+        internal::encode(w) != hello) {
         throw std::invalid_argument(
             fmt::format("ring_producer::open: the region is not a shoal ring of {} bytes "
-                        "(magic 0x{:x}, capacity {}, write index {}, read index {})",
-                        cap, magic, capacity, w, r));
+                        "(magic 0x{:x}, capacity {}, write index {}, read index {}, hello {})",
+                        cap, magic, capacity, w, r, hello));
     }
     auto s = std::make_shared<internal::ring_producer_state>(
         std::move(c), std::move(doorbell), std::move(wait), ring, std::move(mem), std::move(mr), cap);
-    s->resume_at(w, r);
+    s->resume_at(w, r, records);
     co_return ring_producer(std::move(s));
 }
 
@@ -815,6 +865,9 @@ size_t ring_producer::queued() const noexcept {
 }
 uint64_t ring_producer::write_index() const noexcept {
     return _s->write_index();
+}
+uint64_t ring_producer::resume_record() const noexcept {
+    return _s->resume_record();
 }
 const ring_producer_stats& ring_producer::stats() const noexcept {
     return _s->stats();

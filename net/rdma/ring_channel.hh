@@ -39,6 +39,8 @@ struct ring_layout {
     static constexpr size_t capacity_offset = 16;
     /// Offset of the magic number (`magic`) that marks a shoal ring.
     static constexpr size_t magic_offset = 24;
+    /// Offset of the count of messages up to the write index (since the ring was created).
+    static constexpr size_t records_offset = 32;
     /// "SHRING02": a ring of this format whose doorbells travel on tagged immediates (version
     /// 01, whose doorbells took the connection's immediates whole, is refused by `open`).
     static constexpr uint64_t magic = 0x3230474e49524853ULL;
@@ -58,7 +60,8 @@ struct ring_layout {
 struct ring_tags {
     /// Producer to consumer: the doorbell of a batch (its end index, in 8-byte units).
     unsigned doorbell = 14;
-    /// Wait requests (producer to consumer) and their answers (consumer to producer).
+    /// Wait requests (producer to consumer), their answers and the hello that tells a producer
+    /// its connection was attached (consumer to producer).
     unsigned wait = 15;
 };
 
@@ -159,9 +162,10 @@ public:
 
     /// Rings larger than this are refused by `open` unless the caller allows more.
     static constexpr size_t default_max_capacity = size_t(64) << 20;
-    /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): reads the
-    /// ring's header to learn its capacity and current indices, so a producer on a new
-    /// connection resumes where the consumer is. Registers one local staging area of the
+    /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): waits until
+    /// the consumer attached `c` (its hello), then reads the ring's header to learn its
+    /// capacity, current indices and record count, so a producer on a new connection resumes
+    /// where the consumer is (`resume_record`). Registers one local staging area of the
     /// ring's size, so the size the peer announces is bounded: a ring of more than
     /// `max_capacity` data bytes fails with std::invalid_argument naming both sizes, before
     /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring
@@ -183,6 +187,11 @@ public:
     size_t queued() const noexcept;
     /// End of what this producer wrote (bytes since the ring was created).
     uint64_t write_index() const noexcept;
+    /// Messages the consumer had been announced (since the ring was created) when `open` read
+    /// the ring's header: exactly those reached it, so a producer restarted after a crash,
+    /// also in a new process, resends from there (the sequence number of its first message
+    /// when the application numbers them from 0).
+    uint64_t resume_record() const noexcept;
     /// Counters of this producer.
     const ring_producer_stats& stats() const noexcept;
     /// True when it is a channel.

@@ -3,9 +3,18 @@
 // connection failing pending operations, and resuming on a new connection.
 #include "rdma_test_util.hh"
 
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <random>
 #include <span>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char** environ;
 
 using namespace shoal;
 using namespace shoal::rdma_test;
@@ -401,11 +410,11 @@ std::string check_record(std::span<const char> m, uint32_t seq) {
     return bad == SIZE_MAX ? std::string() : fmt::format("record {} differs at byte {}", seq, bad + 8);
 }
 
-/// Sends records [0, count) through `p`, `depth` in flight (bodies kept until they resolve).
-future<> send_records(rdma::ring_producer& p, uint32_t count, size_t depth) {
+/// Sends records [first, count) through `p`, `depth` in flight (bodies kept until they resolve).
+future<> send_records(rdma::ring_producer& p, uint32_t count, size_t depth, uint32_t first = 0) {
     std::deque<std::vector<char>> bodies;
     std::deque<future<>> inflight;
-    for (uint32_t seq = 0; seq < count; ++seq) {
+    for (uint32_t seq = first; seq < count; ++seq) {
         bodies.push_back(make_record(seq));
         inflight.push_back(p.send(std::span<const char>(bodies.back().data(), bodies.back().size())));
         if (inflight.size() == depth) {
@@ -600,6 +609,128 @@ TEST(ring_channel, a_capacity_above_the_doorbells_range_is_refused) {
         EXPECT_EQ(std::string(m.data(), m.size()), "ok");
         p = rdma::ring_producer();
         c = rdma::connection();
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+/// The environment variable that makes `ring_resync_child.produce` a producer: "PORT TOTAL".
+constexpr const char* resync_child_env = "SHOAL_RING_RESYNC_CHILD";
+
+/// Starts this test binary again as a producer process for the consumer on `port`; its output
+/// goes to /dev/null.
+pid_t spawn_producer(uint16_t port, uint32_t total) {
+    std::string filter = "--gtest_filter=ring_resync_child.produce";
+    std::string self = "/proc/self/exe";
+    char* argv[] = {self.data(), filter.data(), nullptr};
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+        env_strings.emplace_back(*e);
+    }
+    env_strings.push_back(fmt::format("{}={} {}", resync_child_env, port, total));
+    std::vector<char*> envp;
+    for (auto& e : env_strings) {
+        envp.push_back(e.data());
+    }
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    int err = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (err != 0) {
+        throw std::runtime_error(fmt::format("posix_spawn: {}", std::strerror(err)));
+    }
+    return pid;
+}
+
+} // namespace
+
+// Not a test of its own: the producer process `a_restarted_producer_process_resends_...` starts
+// and kills. It connects, resumes at the ring's record count and sends up to TOTAL.
+TEST(ring_resync_child, produce) {
+    const char* spec = std::getenv(resync_child_env);
+    if (!spec) {
+        GTEST_SKIP() << "a producer process of ring_channel.a_restarted_producer_process_*";
+    }
+    unsigned port = 0, total = 0;
+    ASSERT_EQ(std::sscanf(spec, "%u %u", &port, &total), 2);
+    int rc = run_rdma(1, [port, total]() -> future<> {
+        rdma::connection c = co_await rdma::connect_rc(addr(uint16_t(port)));
+        rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+        co_await send_records(p, total, 64, uint32_t(p.resume_record()));
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, a_restarted_producer_process_resends_from_the_records_announced) {
+    // Issue 13's resynchronisation: producer processes are killed (SIGKILL) at random points
+    // while they send; each new one opens on a new connection, learns from the ring's header how
+    // many records the consumer was announced (`resume_record`) and sends from there. The
+    // consumer must see every sequence number exactly once, in order, with intact contents.
+    int rc = run_rdma(1, []() -> future<> {
+        constexpr uint32_t total = 20000;
+        constexpr unsigned max_kills = 12;
+        const auto a = addr(next_port());
+        consumer_side cs(16 << 10, a);
+        const unsigned seed = std::random_device{}();
+        std::mt19937 rng(seed);
+        uint32_t expected = 0;
+        unsigned children = 0, kills = 0, resumed_mid = 0;
+        std::string first_bad;
+        while (expected < total && children < max_kills + 5) {
+            const pid_t pid = spawn_producer(a.port(), total);
+            ++children;
+            co_await cs.accept();
+            const uint32_t at_attach = expected;
+            auto killer = [&]() -> future<> {
+                if (kills >= max_kills) {
+                    co_return; // this one runs to the end
+                }
+                co_await sleep(std::chrono::milliseconds(rng() % 200));
+                ::kill(pid, SIGKILL);
+                // The kernel tears the dead process's connection down; should it not, this side
+                // closes it (as a heartbeat would), which still delivers every doorbell.
+                if (!co_await eventually([&] { return bool(cs.ring.error()); }, 10000ms)) {
+                    ADD_FAILURE() << "no disconnect seen 10 s after killing producer " << children;
+                    cs.conn.close();
+                }
+            };
+            auto k = killer();
+            for (;;) {
+                try {
+                    std::span<const char> m = co_await cs.ring.receive();
+                    std::string bad = check_record(m, expected);
+                    if (!bad.empty() && first_bad.empty()) {
+                        first_bad = fmt::format("producer {}: {}", children, bad);
+                    }
+                    ++expected;
+                } catch (const std::exception&) {
+                    break; // the producer died or finished
+                }
+            }
+            co_await std::move(k);
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+            if (WIFSIGNALED(status)) {
+                ++kills;
+            } else {
+                EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "producer " << children;
+            }
+            resumed_mid += at_attach != 0 && at_attach < total;
+        }
+        std::printf("  seed %u: %u producer processes, %u killed, %u resumed mid-sequence, %u records\n",
+                    seed, children, kills, resumed_mid, expected);
+        EXPECT_EQ(first_bad, "") << "seed " << seed;
+        EXPECT_EQ(expected, total) << "seed " << seed;
+        EXPECT_GE(kills, 3u) << "seed " << seed;
+        EXPECT_GE(resumed_mid, 1u) << "seed " << seed;
         cs.ring = rdma::ring_consumer();
         cs.conn = rdma::connection();
         EXPECT_TRUE(co_await all_connections_gone());
