@@ -79,6 +79,26 @@ struct fan_in_side {
     std::vector<rdma::connection> conns;
 };
 
+/// Receives `total` records from `side.fan`, counting each producer's in `next` (one slot per
+/// producer) and checking each against its sequence, with a 2 ms pause every 1,000 (a slow
+/// consumer: the producers wait); returns the first mismatch ("" when all were right).
+future<std::string> receive_checked(fan_in_side& side, std::vector<uint32_t>& next, uint32_t total) {
+    std::string first_error;
+    for (uint32_t k = 0; k < total; ++k) {
+        rdma::fan_in_message m = co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
+        RDMA_CHECK(m.producer < next.size());
+        uint32_t seq = next[m.producer]++;
+        std::string e = check_record(m, seq, record_size(m.producer, seq));
+        if (!e.empty() && first_error.empty()) {
+            first_error = e;
+        }
+        if (k % 1000 == 999) {
+            co_await sleep(2ms);
+        }
+    }
+    co_return first_error;
+}
+
 /// Sends records [0, count) of producer `p` to `a` (depth 32 in flight) and closes as soon as
 /// the last send resolved (the consumer still gets every record: docs/rdma.md, "A disconnect
 /// does not overtake the last doorbells"); resolves with the producer's doorbell count.
@@ -193,21 +213,8 @@ TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer
             co_await when_all_succeed(std::move(ps));
         });
         co_await std::move(accepted);
-        std::array<uint32_t, producers> next{};
-        std::string first_error;
-        for (uint32_t k = 0; k < producers * count; ++k) {
-            rdma::fan_in_message m =
-                co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
-            RDMA_CHECK(m.producer < producers);
-            uint32_t seq = next[m.producer]++;
-            std::string e = check_record(m, seq, record_size(m.producer, seq));
-            if (!e.empty() && first_error.empty()) {
-                first_error = e;
-            }
-            if (k % 1000 == 999) {
-                co_await sleep(2ms); // a slow consumer now and then: the producers wait
-            }
-        }
+        std::vector<uint32_t> next(producers);
+        std::string first_error = co_await receive_checked(side, next, producers * count);
         co_await std::move(sent);
         EXPECT_EQ(first_error, "");
         for (unsigned p = 0; p < producers; ++p) {
@@ -305,18 +312,8 @@ TEST(ring_fan_in, producers_on_their_own_tags_beside_another_tagged_user) {
                 }
             }(others[p], p));
         }
-        std::array<uint32_t, producers> next{};
-        std::string first_error;
-        for (uint32_t k = 0; k < producers * count; ++k) {
-            rdma::fan_in_message m =
-                co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
-            RDMA_CHECK(m.producer < producers);
-            uint32_t seq = next[m.producer]++;
-            std::string e = check_record(m, seq, record_size(m.producer, seq));
-            if (!e.empty() && first_error.empty()) {
-                first_error = e;
-            }
-        }
+        std::vector<uint32_t> next(producers);
+        std::string first_error = co_await receive_checked(side, next, producers * count);
         co_await when_all_succeed(std::move(readers));
         co_await std::move(sent);
         EXPECT_EQ(first_error, "");
