@@ -35,6 +35,7 @@
 //   cap, so r = w_p - the backward distance from encode(w_p) (0 <= w_p - r < index_span).
 #include "net/rdma/ring_channel.hh"
 
+#include "core/future_util.hh"
 #include "core/smp.hh"
 #include "core/task.hh"
 #include "net/rdma/error.hh"
@@ -808,7 +809,7 @@ ring_producer::~ring_producer() {
 }
 
 future<ring_producer> ring_producer::open(connection c, const remote_region& ring, size_t max_capacity,
-                                          ring_tags tags) {
+                                          ring_tags tags, std::chrono::milliseconds attach_timeout) {
     if (!c) {
         throw std::invalid_argument("ring_producer::open: no connection");
     }
@@ -833,7 +834,15 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
     char* header = mem.get() + cap;
     // The consumer's hello says it attached this connection: the header is final (see the top of
     // ring_channel.cc). A value other than its write index is a protocol error.
-    const uint32_t hello = co_await wait.next();
+    uint32_t hello = 0;
+    try {
+        hello = co_await with_timeout(steady_clock_type::now() + attach_timeout, wait.next());
+    } catch (const timed_out_error&) {
+        throw std::runtime_error(fmt::format(
+            "ring_producer::open: no hello from the consumer within {} ms: it has not attached this "
+            "connection, or it uses other ring tags (this side: doorbell {}, wait {})",
+            attach_timeout.count(), tags.doorbell, tags.wait));
+    }
     co_await c.read(mr.span(cap, ring_layout::header_size), ring, 0);
     uint64_t w, r, capacity, magic, records;
     std::memcpy(&w, header + ring_layout::write_index_offset, 8);

@@ -5,6 +5,7 @@
 #include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -162,6 +163,8 @@ public:
 
     /// Rings larger than this are refused by `open` unless the caller allows more.
     static constexpr size_t default_max_capacity = size_t(64) << 20;
+    /// How long `open` waits for the consumer to attach the connection, by default.
+    static constexpr std::chrono::milliseconds default_attach_timeout{10000};
     /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): waits until
     /// the consumer attached `c` (its hello), then reads the ring's header to learn its
     /// capacity, current indices and record count, so a producer on a new connection resumes
@@ -171,9 +174,11 @@ public:
     /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring
     /// or its capacity is not a power of two up to `ring_layout::max_capacity`. Opens the
     /// immediate channels of `tags` on `c` (the consumer's; see `ring_consumer::attach` for
-    /// what fails).
+    /// what fails). Fails with std::runtime_error when no hello came within `attach_timeout`
+    /// (the consumer did not attach `c`, or it uses other tags).
     static future<ring_producer> open(connection c, const remote_region& ring,
-                                      size_t max_capacity = default_max_capacity, ring_tags tags = {});
+                                      size_t max_capacity = default_max_capacity, ring_tags tags = {},
+                                      std::chrono::milliseconds attach_timeout = default_attach_timeout);
 
     /// Sends `msg` (0 to `max_message_size()` bytes). The bytes are copied into the staging
     /// area when the ring has room, at once; when it is full they are copied later, so keep

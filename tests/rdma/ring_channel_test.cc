@@ -164,6 +164,36 @@ TEST(ring_channel, every_size_in_order_wrapping_many_times_without_registration)
     EXPECT_EQ(rc, 0);
 }
 
+/// `open` waits for the consumer's hello only so long: a connection the consumer never attached
+/// (or attached with other tags) fails it with a clear error, and once the consumer attaches it,
+/// a new `open` on the same connection works.
+TEST(ring_channel, open_fails_clearly_when_the_consumer_does_not_attach_in_time) {
+    int rc = run_rdma(1, []() -> future<> {
+        const auto a = addr(next_port());
+        consumer_side cs(4096, a);
+        auto accepted = cs.l->accept(); // accepted, not attached
+        rdma::connection c = co_await rdma::connect_rc(a);
+        rdma::connection server_side = co_await std::move(accepted);
+        std::string e = co_await error_of(rdma::ring_producer::open(c, *c.peer_region(),
+                                                                    rdma::ring_producer::default_max_capacity,
+                                                                    {}, std::chrono::milliseconds(300)));
+        std::printf("  not attached: %s\n", e.c_str());
+        EXPECT_NE(e.find("no hello from the consumer within 300 ms"), std::string::npos) << e;
+        cs.ring.attach(server_side);
+        rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+        const std::string text = "after the attach";
+        co_await p.send(std::span<const char>(text.data(), text.size()));
+        std::span<const char> m = co_await cs.ring.receive();
+        EXPECT_EQ(std::string_view(m.data(), m.size()), text);
+        p = rdma::ring_producer();
+        cs.ring = rdma::ring_consumer();
+        server_side = rdma::connection();
+        c = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
 TEST(ring_channel, a_full_ring_makes_send_wait_and_oversized_messages_fail_at_once) {
     int rc = run_rdma(1, []() -> future<> {
         const auto a = addr(next_port());
