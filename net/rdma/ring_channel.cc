@@ -4,15 +4,38 @@
 // - Entries are 8-byte aligned: an 8-byte header {length, kind} then the payload. An entry
 //   never splits: when a message does not fit before the end of the data area, a wrap marker
 //   claims the rest of the lap and the message starts at offset 0.
-// - Every entry is one WRITE_WITH_IMM whose immediate (the doorbell) carries the low 31 bits of
-//   the write index after it. RC ordering makes the entry visible when its immediate arrives.
+// - Every batch of entries ends with one WRITE_WITH_IMM whose immediate, on the doorbell tag
+//   (ring_tags), carries the write index after it in 8-byte units, mod 2^28 (`encode`). RC
+//   ordering makes the entries visible when the immediate arrives.
+// - Attach: the consumer takes a connection only once it no longer processes the previous
+//   one's doorbells, and then sends a *hello* (a zero-length WRITE_WITH_IMM on the wait tag
+//   carrying its encoded write index); `open` waits for it before it READs the header, so the
+//   indices and the record count it resumes at are final.
 // - Back-pressure: the producer keeps a cached read index; when an entry does not fit it READs
 //   the consumer's read index, and if the ring is still full it sends a wait request (a
-//   zero-length WRITE_WITH_IMM, top bit set, low 31 bits = the read index it needs). The
+//   zero-length WRITE_WITH_IMM on the wait tag carrying the encoded read index it needs). The
 //   consumer answers exactly once, when its read index reaches that point, with a zero-length
-//   WRITE_WITH_IMM carrying the low 31 bits of its read index.
+//   WRITE_WITH_IMM on the wait tag carrying its encoded read index.
+//
+// Decoding (why 28 bits are enough): every index is a multiple of 8, so an encoded value
+// names its index modulo 2^31 bytes (`index_span`), and each side decodes against an index it
+// knows, within a window of index_span bytes:
+// - A doorbell w, at the consumer, against the last announced write index W: the producer
+//   stages only into room it saw, w <= r_p + cap, where r_p is a read index the consumer
+//   published before, so r_p <= R (the consumer's read index now) <= W, and doorbells come in
+//   order on their tag, so w > W. Hence 0 < w - W <= cap < index_span: w = W + the forward
+//   distance from encode(W) to the value.
+// - A wait request for index a, at the consumer, against R: the ring was full by the
+//   producer's cached read index r_p (a > r_p) and a <= w_p, the producer's write index, with
+//   w_p - r_p <= cap; and r_p <= R <= w_p (R may lag a doorbell still queued on the other tag,
+//   never the producer). Hence 8 - cap <= a - R <= cap: 2 cap / 8 values, at most 2^28 when
+//   cap <= 2^30 (= ring_layout::max_capacity, static_assert below), so a forward distance d
+//   from encode(R) means a = R + d when d <= cap and a = R + d - index_span otherwise.
+// - An answer r, at the producer, against its write index w_p: a <= r <= w_p and w_p - a <
+//   cap, so r = w_p - the backward distance from encode(w_p) (0 <= w_p - r < index_span).
 #include "net/rdma/ring_channel.hh"
 
+#include "core/future_util.hh"
 #include "core/smp.hh"
 #include "core/task.hh"
 #include "net/rdma/error.hh"
@@ -33,8 +56,10 @@ namespace shoal::net::rdma::internal {
 namespace {
 constexpr uint32_t kind_message = 0x4d474e52; // "RNGM"
 constexpr uint32_t kind_wrap = 0x574e4752;    // "RGNW"
-constexpr uint32_t imm_wait = 0x80000000u;    // producer -> consumer: push your read index
-constexpr uint32_t imm_index_mask = 0x7fffffffu;
+constexpr unsigned index_unit_bits = 3;       // indices travel in 8-byte units
+/// Bytes after which an encoded index repeats (2^31).
+constexpr uint64_t index_span = uint64_t(1) << (immediate_value_bits + index_unit_bits);
+static_assert(2 * ring_layout::max_capacity <= index_span, "a wait request could not be decoded");
 
 /// An entry's header, at the start of every entry in the data area (host byte order).
 struct entry_header {
@@ -43,18 +68,26 @@ struct entry_header {
 };
 static_assert(sizeof(entry_header) == ring_layout::entry_header_size);
 
-uint32_t low31(uint64_t v) noexcept {
-    return uint32_t(v) & imm_index_mask;
+/// The value of a tagged immediate that announces ring index `index` (a multiple of 8).
+uint32_t encode(uint64_t index) noexcept {
+    return uint32_t(index >> index_unit_bits) & immediate_channel::max_value;
 }
 
-/// The index whose low 31 bits are `low` and that lies within 2^30 of `ref` (ring indices that
-/// travel in an immediate are never further apart than the capacity, at most 2^30).
-uint64_t widen(uint64_t ref, uint32_t low) noexcept {
-    uint32_t diff = (low - low31(ref)) & imm_index_mask;
-    if (diff & 0x40000000u) {
-        return ref - (uint64_t(imm_index_mask) + 1 - diff);
+/// Bytes from `ref` forward to the next index that encodes as `value` (0 to index_span - 8).
+uint64_t ahead(uint64_t ref, uint32_t value) noexcept {
+    return uint64_t((value - encode(ref)) & immediate_channel::max_value) << index_unit_bits;
+}
+
+/// Bytes from `ref` back to the previous index that encodes as `value` (0 to index_span - 8).
+uint64_t behind(uint64_t ref, uint32_t value) noexcept {
+    return uint64_t((encode(ref) - value) & immediate_channel::max_value) << index_unit_bits;
+}
+
+void check_tags(ring_tags tags, const char* who) {
+    if (tags.doorbell == tags.wait) {
+        throw std::invalid_argument(
+            fmt::format("{}: the doorbell and wait tags must differ (both are {})", who, tags.wait));
     }
-    return ref + diff;
 }
 
 /// Bytes an entry with `payload` bytes takes in the ring.
@@ -114,7 +147,7 @@ public:
     size_t capacity() const noexcept { return _cap; }
     const ring_consumer_stats& stats() const noexcept { return _stats; }
 
-    void attach(std::shared_ptr<ring_consumer_state> self, connection c) {
+    void attach(std::shared_ptr<ring_consumer_state> self, connection c, ring_tags tags) {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring consumer");
         if (!c) {
             throw std::invalid_argument("ring_consumer::attach: no connection");
@@ -122,11 +155,32 @@ public:
         if (_conn && _conn.usable()) {
             throw std::logic_error("ring_consumer::attach: the attached connection is still usable");
         }
-        _conn = c;
+        check_tags(tags, "ring_consumer::attach");
+        immediate_channel doorbell = c.immediates(tags.doorbell);
+        immediate_channel wait = c.immediates(tags.wait);
+        ++_gen; // before the old channels close: their loops see they are stale
+        _conn = std::move(c);
+        _doorbell = std::move(doorbell);
+        _wait = std::move(wait);
         _error = nullptr;
         _push_at.reset();
-        ++_gen;
-        (void)doorbells(std::move(self), std::move(c), _gen);
+        (void)doorbells(self, _gen);
+        (void)wait_requests(std::move(self), _gen);
+        // The hello: the header is final for this connection (see the top of this file). Not
+        // awaited: a failure breaks the connection, which the doorbell loop reports.
+        (void)_wait.write_with_imm({}, remote_region{}, 0, encode(_known_w));
+    }
+
+    void start_at(uint64_t index) {
+        if (_conn || _known_w != 0) {
+            throw std::logic_error("ring_consumer_start_at: the ring was used already");
+        }
+        if ((index & 7) != 0) {
+            throw std::invalid_argument("ring_consumer_start_at: the index is not a multiple of 8");
+        }
+        _known_w = _next = _r = index;
+        store(ring_layout::write_index_offset, index);
+        store(ring_layout::read_index_offset, index);
     }
 
     std::optional<std::span<const char>> try_receive() {
@@ -181,13 +235,14 @@ public:
     }
 
 private:
-    /// Takes the connection's immediates until it breaks or another connection is attached.
-    static future<> doorbells(std::shared_ptr<ring_consumer_state> self, connection c, uint64_t gen) {
+    /// Takes the doorbells until the connection breaks (then fails the ring: the channel hands
+    /// out the doorbells that arrived before) or another connection is attached.
+    static future<> doorbells(std::shared_ptr<ring_consumer_state> self, uint64_t gen) {
         for (;;) {
-            uint32_t imm = 0;
+            uint32_t value = 0;
             std::exception_ptr ex;
             try {
-                imm = co_await c.next_immediate();
+                value = co_await self->_doorbell.next();
             } catch (...) {
                 ex = std::current_exception();
             }
@@ -198,34 +253,65 @@ private:
                 self->fail(ex);
                 co_return;
             }
-            self->on_immediate(imm);
+            self->on_doorbell(value);
             if (self->_error) {
                 co_return;
             }
         }
     }
 
-    void on_immediate(uint32_t imm) {
-        if (imm & imm_wait) {
-            ++_stats.wait_requests;
-            uint64_t at = widen(_known_w, imm & imm_index_mask);
-            if (at > _known_w) {
-                broken(fmt::format("wait for read index {} beyond the write index {}", at, _known_w));
-            } else if (_r >= at) {
-                push();
-            } else {
-                _push_at = at;
+    /// Takes the wait requests while the connection works (its failure is reported by the
+    /// doorbell loop).
+    static future<> wait_requests(std::shared_ptr<ring_consumer_state> self, uint64_t gen) {
+        for (;;) {
+            uint32_t value = 0;
+            try {
+                value = co_await self->_wait.next();
+            } catch (...) {
+                co_return;
             }
-            return;
+            if (self->_gen != gen || self->_shut || self->_error) {
+                co_return;
+            }
+            self->on_wait_request(value);
         }
-        uint64_t w = widen(_known_w, imm);
-        if (w <= _known_w || w - _r > _cap || (w & 7) != 0) {
+    }
+
+    /// The producer asks to be told when the read index reaches the index `value` encodes
+    /// (decoded against the read index: see the top of this file).
+    void on_wait_request(uint32_t value) noexcept {
+        ++_stats.wait_requests;
+        const uint64_t d = ahead(_r, value);
+        const uint64_t back = index_span - d;
+        const uint64_t at = d <= _cap ? _r + d : (back > _r ? 0 : _r - back);
+        if (_r >= at) {
+            push();
+        } else {
+            _push_at = at;
+        }
+    }
+
+    /// A doorbell: the entries up to the index `value` encodes are in the ring (decoded against
+    /// the last doorbell: see the top of this file).
+    void on_doorbell(uint32_t value) {
+        const uint64_t w = _known_w + ahead(_known_w, value);
+        if (w == _known_w || w - _r > _cap) {
             broken(fmt::format("doorbell for write index {} after {} (read index {}, capacity {})", w,
                                _known_w, _r, _cap));
             return;
         }
         ++_stats.doorbells;
+        for (uint64_t at = _known_w; at < w;) {
+            std::optional<entry> e = entry_at(at, w);
+            if (!e) {
+                break; // next() reports it
+            }
+            at += e->size;
+            _announced += e->message;
+        }
         _known_w = w;
+        std::atomic_ref<uint64_t>(word(ring_layout::records_offset))
+            .store(_announced, std::memory_order_relaxed);
         std::atomic_ref<uint64_t>(word(ring_layout::write_index_offset)).store(w, std::memory_order_release);
         if (_waiter) {
             if (auto m = next()) {
@@ -243,27 +329,50 @@ private:
     /// space). Called only when nothing is held.
     std::optional<std::span<const char>> next() {
         while (_next < _known_w) {
-            size_t off = _next & _mask;
-            entry_header h;
-            std::memcpy(&h, _data + off, sizeof(h));
-            if (h.kind == kind_wrap && _cap - off <= _known_w - _next) {
-                _next += _cap - off;
-                ++_stats.wraps;
-                publish(_next);
-                continue;
-            }
-            size_t size = entry_size(h.length);
-            if (h.kind != kind_message || h.length > _cap || size > _known_w - _next || size > _cap - off) {
+            const size_t off = _next & _mask;
+            std::optional<entry> e = entry_at(_next, _known_w);
+            if (!e) {
+                entry_header h;
+                std::memcpy(&h, _data + off, sizeof(h));
                 broken(fmt::format("bad entry (length {}, kind 0x{:x}) at index {} (write index {})",
                                    h.length, h.kind, _next, _known_w));
                 return std::nullopt;
             }
-            _next += size;
+            _next += e->size;
+            if (!e->message) {
+                ++_stats.wraps;
+                publish(_next);
+                continue;
+            }
             ++_stats.messages;
-            _stats.bytes += h.length;
-            return std::span<const char>(_data + off + sizeof(h), h.length);
+            _stats.bytes += e->length;
+            return std::span<const char>(_data + off + sizeof(entry_header), e->length);
         }
         return std::nullopt;
+    }
+
+    /// An entry as the consumer checked it: its bytes in the ring, whether it is a message
+    /// (else a wrap marker), and the message's length.
+    struct entry {
+        uint64_t size;
+        bool message;
+        uint32_t length;
+    };
+
+    /// The entry at index `at` of the announced bytes before `end`; nothing when it is not a
+    /// valid entry there.
+    std::optional<entry> entry_at(uint64_t at, uint64_t end) const noexcept {
+        const size_t off = at & _mask;
+        entry_header h;
+        std::memcpy(&h, _data + off, sizeof(h));
+        if (h.kind == kind_wrap && _cap - off <= end - at) {
+            return entry{_cap - off, false, 0};
+        }
+        const size_t size = entry_size(h.length);
+        if (h.kind != kind_message || h.length > _cap || size > end - at || size > _cap - off) {
+            return std::nullopt;
+        }
+        return entry{size, true, h.length};
     }
 
     /// Makes `r` the read index the producer sees; answers a wait request it satisfies. The
@@ -285,7 +394,7 @@ private:
             // Zero length: the responder checks neither address nor rkey (IB spec C9-88), so the
             // producer needs no region of its own. The result is not awaited: a failure breaks
             // the connection, which the doorbell loop reports.
-            (void)_conn.write_with_imm({}, remote_region{}, 0, low31(_r));
+            (void)_wait.write_with_imm({}, remote_region{}, 0, encode(_r));
         }
     }
 
@@ -318,10 +427,13 @@ private:
     exported_region _exported; // destroyed before _mem
     char* _data = nullptr;
     connection _conn;
+    immediate_channel _doorbell; // of _conn
+    immediate_channel _wait;     // of _conn
     uint64_t _gen = 0;
-    uint64_t _known_w = 0; // end of the last entry whose doorbell arrived
-    uint64_t _next = 0;    // start of the first entry not handed out
-    uint64_t _r = 0;       // end of the last entry released (published in the header)
+    uint64_t _known_w = 0;   // end of the last entry whose doorbell arrived
+    uint64_t _next = 0;      // start of the first entry not handed out
+    uint64_t _r = 0;         // end of the last entry released (published in the header)
+    uint64_t _announced = 0; // messages up to _known_w (published in the header)
     std::optional<uint64_t> _push_at;
     std::optional<promise<std::span<const char>>> _waiter;
     std::exception_ptr _error;
@@ -336,10 +448,12 @@ private:
 /// The producer's staging memory and state; shared by the handle, the pump and the flush task.
 class ring_producer_state : public std::enable_shared_from_this<ring_producer_state> {
 public:
-    ring_producer_state(connection c, const remote_region& ring, page_memory mem, memory_region mr,
-                        size_t cap)
+    ring_producer_state(connection c, immediate_channel doorbell, immediate_channel wait,
+                        const remote_region& ring, page_memory mem, memory_region mr, size_t cap)
         : _shard(this_shard_id())
         , _conn(std::move(c))
+        , _doorbell(std::move(doorbell))
+        , _wait(std::move(wait))
         , _ring(ring)
         , _cap(cap)
         , _mask(cap - 1)
@@ -347,12 +461,15 @@ public:
         , _mr(std::move(mr))
         , _flusher(this) {}
 
-    /// Takes the indices read from the ring's header (validated by the caller).
-    void resume_at(uint64_t w, uint64_t r) noexcept {
+    /// Takes the indices and record count read from the ring's header (validated by the caller).
+    void resume_at(uint64_t w, uint64_t r, uint64_t records) noexcept {
         _w = w;
         _posted = w;
         _r = r;
+        _resume_record = records;
     }
+
+    uint64_t resume_record() const noexcept { return _resume_record; }
 
     future<> send(std::span<const char> msg) {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
@@ -482,11 +599,11 @@ private:
                 .write(local_span{_mem.get() + off, uint32_t(first), _mr.lkey()}, _ring,
                        ring_layout::header_size + off)
                 .then_wrapped([](future<> w) { w.ignore_ready_future(); }); // its error breaks the connection
-            f = _conn.write_with_imm(local_span{_mem.get(), uint32_t(to - from - first), _mr.lkey()}, _ring,
-                                     ring_layout::header_size, low31(to));
+            f = _doorbell.write_with_imm(local_span{_mem.get(), uint32_t(to - from - first), _mr.lkey()},
+                                         _ring, ring_layout::header_size, encode(to));
         } else {
-            f = _conn.write_with_imm(local_span{_mem.get() + off, uint32_t(first), _mr.lkey()}, _ring,
-                                     ring_layout::header_size + off, low31(to));
+            f = _doorbell.write_with_imm(local_span{_mem.get() + off, uint32_t(first), _mr.lkey()}, _ring,
+                                         ring_layout::header_size + off, encode(to));
         }
         ++_stats.doorbells;
         (void)completed(shared_from_this(), std::move(f), to);
@@ -565,9 +682,11 @@ private:
                 // request (in-order issue), so the consumer reads it against the write index
                 // it already knows.
                 ++s._stats.wait_requests;
-                co_await s._conn.write_with_imm({}, s._ring, 0, imm_wait | low31(s.needed()));
-                uint32_t imm = co_await s._conn.next_immediate();
-                s.update_read_index(widen(s._w, imm));
+                co_await s._wait.write_with_imm({}, s._ring, 0, encode(s.needed()));
+                // The answer, decoded against the write index (see the top of this file); a
+                // distance beyond it wraps below zero and is refused as beyond the write index.
+                uint32_t value = co_await s._wait.next();
+                s.update_read_index(s._w - behind(s._w, value));
             }
         } catch (...) {
             s.fail(std::current_exception());
@@ -591,14 +710,17 @@ private:
 
     unsigned _shard;
     connection _conn;
+    immediate_channel _doorbell; // of _conn
+    immediate_channel _wait;     // of _conn
     remote_region _ring;
     size_t _cap;
     uint64_t _mask;
-    page_memory _mem;     // staging area (a mirror of the data area) + 64 bytes of scratch
-    memory_region _mr;    // destroyed before _mem
-    uint64_t _w = 0;      // end of what this producer staged
-    uint64_t _posted = 0; // end of what this producer posted (announced by a doorbell)
-    uint64_t _r = 0;      // the consumer's read index, as last seen
+    page_memory _mem;            // staging area (a mirror of the data area) + 64 bytes of scratch
+    memory_region _mr;           // destroyed before _mem
+    uint64_t _w = 0;             // end of what this producer staged
+    uint64_t _posted = 0;        // end of what this producer posted (announced by a doorbell)
+    uint64_t _r = 0;             // the consumer's read index, as last seen
+    uint64_t _resume_record = 0; // messages announced before this producer (from the header)
     std::deque<pending> _queue;
     std::deque<done> _done;
     flush_task _flusher;
@@ -607,6 +729,10 @@ private:
     std::exception_ptr _error;
     ring_producer_stats _stats;
 };
+
+void ring_consumer_start_at(ring_consumer& r, uint64_t index) {
+    r._s->start_at(index);
+}
 
 } // namespace shoal::net::rdma::internal
 
@@ -636,8 +762,8 @@ ring_consumer::~ring_consumer() {
 remote_region ring_consumer::descriptor() const noexcept {
     return _s->descriptor();
 }
-void ring_consumer::attach(connection c) {
-    _s->attach(_s, std::move(c));
+void ring_consumer::attach(connection c, ring_tags tags) {
+    _s->attach(_s, std::move(c), tags);
 }
 future<std::span<const char>> ring_consumer::receive() {
     return _s->receive();
@@ -682,10 +808,12 @@ ring_producer::~ring_producer() {
     }
 }
 
-future<ring_producer> ring_producer::open(connection c, const remote_region& ring, size_t max_capacity) {
+future<ring_producer> ring_producer::open(connection c, const remote_region& ring, size_t max_capacity,
+                                          ring_tags tags, std::chrono::milliseconds attach_timeout) {
     if (!c) {
         throw std::invalid_argument("ring_producer::open: no connection");
     }
+    internal::check_tags(tags, "ring_producer::open");
     if (ring.length <= ring_layout::header_size) {
         throw std::invalid_argument(
             fmt::format("ring_producer::open: a region of {} bytes is not a ring", ring.length));
@@ -699,24 +827,39 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
             cap, max_capacity));
     }
     internal::check_capacity(cap, "ring_producer::open");
+    immediate_channel doorbell = c.immediates(tags.doorbell);
+    immediate_channel wait = c.immediates(tags.wait);
     internal::page_memory mem = internal::allocate_pages(cap + ring_layout::header_size);
     memory_region mr = register_memory(mem.get(), cap + ring_layout::header_size);
     char* header = mem.get() + cap;
+    // The consumer's hello says it attached this connection: the header is final (see the top of
+    // ring_channel.cc). A value other than its write index is a protocol error.
+    uint32_t hello = 0;
+    try {
+        hello = co_await with_timeout(steady_clock_type::now() + attach_timeout, wait.next());
+    } catch (const timed_out_error&) {
+        throw std::runtime_error(fmt::format(
+            "ring_producer::open: no hello from the consumer within {} ms: it has not attached this "
+            "connection, or it uses other ring tags (this side: doorbell {}, wait {})",
+            attach_timeout.count(), tags.doorbell, tags.wait));
+    }
     co_await c.read(mr.span(cap, ring_layout::header_size), ring, 0);
-    uint64_t w, r, capacity, magic;
+    uint64_t w, r, capacity, magic, records;
     std::memcpy(&w, header + ring_layout::write_index_offset, 8);
     std::memcpy(&r, header + ring_layout::read_index_offset, 8);
     std::memcpy(&capacity, header + ring_layout::capacity_offset, 8);
     std::memcpy(&magic, header + ring_layout::magic_offset, 8);
-    if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0) {
+    std::memcpy(&records, header + ring_layout::records_offset, 8);
+    if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0 ||
+        internal::encode(w) != hello) {
         throw std::invalid_argument(
             fmt::format("ring_producer::open: the region is not a shoal ring of {} bytes "
-                        "(magic 0x{:x}, capacity {}, write index {}, read index {})",
-                        cap, magic, capacity, w, r));
+                        "(magic 0x{:x}, capacity {}, write index {}, read index {}, hello {})",
+                        cap, magic, capacity, w, r, hello));
     }
-    auto s = std::make_shared<internal::ring_producer_state>(std::move(c), ring, std::move(mem),
-                                                             std::move(mr), cap);
-    s->resume_at(w, r);
+    auto s = std::make_shared<internal::ring_producer_state>(
+        std::move(c), std::move(doorbell), std::move(wait), ring, std::move(mem), std::move(mr), cap);
+    s->resume_at(w, r, records);
     co_return ring_producer(std::move(s));
 }
 
@@ -731,6 +874,9 @@ size_t ring_producer::queued() const noexcept {
 }
 uint64_t ring_producer::write_index() const noexcept {
     return _s->write_index();
+}
+uint64_t ring_producer::resume_record() const noexcept {
+    return _s->resume_record();
 }
 const ring_producer_stats& ring_producer::stats() const noexcept {
     return _s->stats();

@@ -2,8 +2,10 @@
 
 #include "core/future.hh"
 #include "net/rdma/connection.hh"
+#include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -13,9 +15,15 @@
 
 namespace shoal::net::rdma {
 
+class ring_consumer;
+
 namespace internal {
 class ring_consumer_state;
 class ring_producer_state;
+/// Test hook: makes a ring that was never attached start at `index` (a multiple of 8) instead
+/// of 0, as if that many bytes had passed through it, so a test reaches the wrap of the
+/// doorbell's 28-bit field without writing 2 GiB. std::logic_error once attached.
+void ring_consumer_start_at(ring_consumer& r, uint64_t index);
 } // namespace internal
 
 /// Layout of a ring (see docs/rdma.md, "Ring channel"): a 64-byte header, then the data area.
@@ -32,13 +40,30 @@ struct ring_layout {
     static constexpr size_t capacity_offset = 16;
     /// Offset of the magic number (`magic`) that marks a shoal ring.
     static constexpr size_t magic_offset = 24;
-    /// "SHRING01": a ring of this format.
-    static constexpr uint64_t magic = 0x3130474e49524853ULL;
+    /// Offset of the count of messages up to the write index (since the ring was created).
+    static constexpr size_t records_offset = 32;
+    /// "SHRING02": a ring of this format whose doorbells travel on tagged immediates (version
+    /// 01, whose doorbells took the connection's immediates whole, is refused by `open`).
+    static constexpr uint64_t magic = 0x3230474e49524853ULL;
     /// Bytes of an entry's header (length + kind); entries are 8-byte aligned.
     static constexpr size_t entry_header_size = 8;
-    /// Smallest and largest data area (a power of two in between).
+    /// Smallest and largest data area (a power of two in between). The largest is bounded by
+    /// the doorbell's 28-bit value (indices in 8-byte units, so 2^31 bytes before it repeats):
+    /// decoding a wait request needs twice the capacity below that (ring_channel.cc).
     static constexpr size_t min_capacity = 64;
     static constexpr size_t max_capacity = size_t(1) << 30;
+};
+
+/// The two channels of tagged immediates (`connection::immediates`) a ring uses on its
+/// connection; both ends must name the same tags, and other users of the connection (messages,
+/// the stream, other tags) share it freely. A reverse ring on the same connection takes two
+/// other tags.
+struct ring_tags {
+    /// Producer to consumer: the doorbell of a batch (its end index, in 8-byte units).
+    unsigned doorbell = 14;
+    /// Wait requests (producer to consumer), their answers and the hello that tells a producer
+    /// its connection was attached (consumer to producer).
+    unsigned wait = 15;
 };
 
 /// Counters of a ring consumer; read them on its shard.
@@ -68,9 +93,9 @@ struct ring_producer_stats {
 /// construction (`descriptor()` is what the producer needs); `attach` names the connection the
 /// producer's doorbells arrive on. The ring and its indices outlive connections: after a fault,
 /// attach a new connection and open a new producer on it (it resumes at the ring's indices).
-/// The channel takes over the connection's immediates (`next_immediate`) on both sides; one
-/// channel per connection. Destroying the consumer closes the attached connection and then
-/// revokes the ring. Move-only; used on its shard only.
+/// The channel uses two tags of the connection's immediates (`ring_tags`) on both sides; the
+/// rest of the connection stays free for other users. Destroying the consumer closes the
+/// attached connection and then revokes the ring. Move-only; used on its shard only.
 class ring_consumer {
 public:
     /// No ring.
@@ -86,9 +111,11 @@ public:
     /// The exported ring (header + data area) to hand to the producer, e.g. as
     /// `listen_options.connection->region` or in a message of the application's own.
     remote_region descriptor() const noexcept;
-    /// Takes the doorbells of `c` (a connection on this shard to the producer's side). Throws
-    /// std::logic_error while an earlier attached connection is still usable.
-    void attach(connection c);
+    /// Takes the doorbells of `c` (a connection on this shard to the producer's side) on the
+    /// immediate channels of `tags` (the producer's). Throws std::logic_error while an earlier
+    /// attached connection is still usable or when a tag is already open on `c`, and
+    /// std::invalid_argument for a bad or repeated tag.
+    void attach(connection c, ring_tags tags = {});
     /// The next message, in order: a view of its bytes inside the ring, valid until the next
     /// `receive` or `release` (which give its space back to the producer). The view is the
     /// remote-writable ring itself: an honest producer never writes into space not yet
@@ -117,11 +144,12 @@ public:
     explicit operator bool() const noexcept { return bool(_s); }
 
 private:
+    friend void internal::ring_consumer_start_at(ring_consumer& r, uint64_t index);
     std::shared_ptr<internal::ring_consumer_state> _s;
 };
 
 /// The sending end of a ring channel: writes length-prefixed messages straight into a
-/// consumer's ring with RDMA WRITE_WITH_IMM (the immediate is the doorbell), keeping a cached
+/// consumer's ring with RDMA WRITE_WITH_IMM (a tagged immediate is the doorbell), keeping a cached
 /// copy of the consumer's read index. A full ring makes `send` wait (nothing is overwritten).
 /// Destroying the producer closes its connection; sends still queued fail. Move-only; used on
 /// the shard of its connection only.
@@ -135,14 +163,22 @@ public:
 
     /// Rings larger than this are refused by `open` unless the caller allows more.
     static constexpr size_t default_max_capacity = size_t(64) << 20;
-    /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): reads the
-    /// ring's header to learn its capacity and current indices, so a producer on a new
-    /// connection resumes where the consumer is. Registers one local staging area of the
+    /// How long `open` waits for the consumer to attach the connection, by default.
+    static constexpr std::chrono::milliseconds default_attach_timeout{10000};
+    /// Opens a producer on `c` for the ring `ring` (the consumer's `descriptor()`): waits until
+    /// the consumer attached `c` (its hello), then reads the ring's header to learn its
+    /// capacity, current indices and record count, so a producer on a new connection resumes
+    /// where the consumer is (`resume_record`). Registers one local staging area of the
     /// ring's size, so the size the peer announces is bounded: a ring of more than
     /// `max_capacity` data bytes fails with std::invalid_argument naming both sizes, before
-    /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring.
+    /// anything is allocated. Fails with std::invalid_argument when `ring` is not a shoal ring
+    /// or its capacity is not a power of two up to `ring_layout::max_capacity`. Opens the
+    /// immediate channels of `tags` on `c` (the consumer's; see `ring_consumer::attach` for
+    /// what fails). Fails with std::runtime_error when no hello came within `attach_timeout`
+    /// (the consumer did not attach `c`, or it uses other tags).
     static future<ring_producer> open(connection c, const remote_region& ring,
-                                      size_t max_capacity = default_max_capacity);
+                                      size_t max_capacity = default_max_capacity, ring_tags tags = {},
+                                      std::chrono::milliseconds attach_timeout = default_attach_timeout);
 
     /// Sends `msg` (0 to `max_message_size()` bytes). The bytes are copied into the staging
     /// area when the ring has room, at once; when it is full they are copied later, so keep
@@ -156,6 +192,11 @@ public:
     size_t queued() const noexcept;
     /// End of what this producer wrote (bytes since the ring was created).
     uint64_t write_index() const noexcept;
+    /// Messages the consumer had been announced (since the ring was created) when `open` read
+    /// the ring's header: exactly those reached it, so a producer restarted after a crash,
+    /// also in a new process, resends from there (the sequence number of its first message
+    /// when the application numbers them from 0).
+    uint64_t resume_record() const noexcept;
     /// Counters of this producer.
     const ring_producer_stats& stats() const noexcept;
     /// True when it is a channel.

@@ -33,8 +33,9 @@ public:
 
     /// The ring of producer `i`, to hand to that producer.
     remote_region descriptor(unsigned i) const noexcept { return _rings[i].descriptor(); }
-    /// Takes the doorbells of producer `i`'s connection (see `ring_consumer::attach`).
-    void attach(unsigned i, connection c) { _rings[i].attach(std::move(c)); }
+    /// Takes the doorbells of producer `i`'s connection on the channels of `tags` (see
+    /// `ring_consumer::attach`).
+    void attach(unsigned i, connection c, ring_tags tags = {}) { _rings[i].attach(std::move(c), tags); }
     /// The next message, taking producers in turn (one message each, skipping those with
     /// nothing announced). Gives the previous message's space back. Fails only when every
     /// producer's connection has failed and nothing is left (with the first ring's error).

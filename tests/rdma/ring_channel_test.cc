@@ -3,7 +3,18 @@
 // connection failing pending operations, and resuming on a new connection.
 #include "rdma_test_util.hh"
 
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
 #include <span>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char** environ;
 
 using namespace shoal;
 using namespace shoal::rdma_test;
@@ -148,6 +159,36 @@ TEST(ring_channel, every_size_in_order_wrapping_many_times_without_registration)
         EXPECT_LT(st.doorbells * 4, st.messages) << "doorbells were not batched";
         cs.ring = rdma::ring_consumer();
         cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+/// `open` waits for the consumer's hello only so long: a connection the consumer never attached
+/// (or attached with other tags) fails it with a clear error, and once the consumer attaches it,
+/// a new `open` on the same connection works.
+TEST(ring_channel, open_fails_clearly_when_the_consumer_does_not_attach_in_time) {
+    int rc = run_rdma(1, []() -> future<> {
+        const auto a = addr(next_port());
+        consumer_side cs(4096, a);
+        auto accepted = cs.l->accept(); // accepted, not attached
+        rdma::connection c = co_await rdma::connect_rc(a);
+        rdma::connection server_side = co_await std::move(accepted);
+        std::string e = co_await error_of(rdma::ring_producer::open(c, *c.peer_region(),
+                                                                    rdma::ring_producer::default_max_capacity,
+                                                                    {}, std::chrono::milliseconds(300)));
+        std::printf("  not attached: %s\n", e.c_str());
+        EXPECT_NE(e.find("no hello from the consumer within 300 ms"), std::string::npos) << e;
+        cs.ring.attach(server_side);
+        rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+        const std::string text = "after the attach";
+        co_await p.send(std::span<const char>(text.data(), text.size()));
+        std::span<const char> m = co_await cs.ring.receive();
+        EXPECT_EQ(std::string_view(m.data(), m.size()), text);
+        p = rdma::ring_producer();
+        cs.ring = rdma::ring_consumer();
+        server_side = rdma::connection();
+        c = rdma::connection();
         EXPECT_TRUE(co_await all_connections_gone());
     });
     EXPECT_EQ(rc, 0);
@@ -365,6 +406,364 @@ TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_rec
         std::printf("  %u of %u rounds delivered every record\n", complete_rounds, rounds);
         EXPECT_TRUE(co_await all_connections_gone());
         EXPECT_EQ(buffers_held(), 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+/// Record `seq` of the sharing and wrap tests: {u32 seq, u32 size} then pattern bytes (seed 3,
+/// from seq), 8 to ~1.5 KB, now and then 6 KB.
+std::vector<char> make_record(uint32_t seq) {
+    const uint32_t h = uint32_t((uint64_t(seq) * 2654435761u) % 1000003u);
+    const uint32_t size = h % 61 == 0 ? 6000 : 8 + h % 1500;
+    std::vector<char> r(size);
+    std::memcpy(r.data(), &seq, 4);
+    std::memcpy(r.data() + 4, &size, 4);
+    fill_pattern(r.data() + 8, size - 8, 3, seq);
+    return r;
+}
+
+/// Checks a received record; returns what is wrong with it ("" when it is record `seq`).
+std::string check_record(std::span<const char> m, uint32_t seq) {
+    if (m.size() < 8) {
+        return fmt::format("record {}: only {} bytes", seq, m.size());
+    }
+    uint32_t got, size;
+    std::memcpy(&got, m.data(), 4);
+    std::memcpy(&size, m.data() + 4, 4);
+    if (got != seq || size != m.size()) {
+        return fmt::format("record {} of {} bytes, expected record {} ({} bytes received)", got, size, seq,
+                           m.size());
+    }
+    size_t bad = check_pattern(m.data() + 8, m.size() - 8, 3, seq);
+    return bad == SIZE_MAX ? std::string() : fmt::format("record {} differs at byte {}", seq, bad + 8);
+}
+
+/// Sends records [first, count) through `p`, `depth` in flight (bodies kept until they resolve).
+future<> send_records(rdma::ring_producer& p, uint32_t count, size_t depth, uint32_t first = 0) {
+    std::deque<std::vector<char>> bodies;
+    std::deque<future<>> inflight;
+    for (uint32_t seq = first; seq < count; ++seq) {
+        bodies.push_back(make_record(seq));
+        inflight.push_back(p.send(std::span<const char>(bodies.back().data(), bodies.back().size())));
+        if (inflight.size() == depth) {
+            co_await std::move(inflight.front());
+            inflight.pop_front();
+            bodies.pop_front();
+        }
+    }
+    for (auto& f : inflight) {
+        co_await std::move(f);
+    }
+}
+
+/// Receives records [0, count) from `ring`, pausing now and then so the producer waits;
+/// returns the first mismatch ("" when every record was right).
+future<std::string> receive_records(rdma::ring_consumer& ring, uint32_t count) {
+    std::string first;
+    for (uint32_t seq = 0; seq < count; ++seq) {
+        std::span<const char> m = co_await ring.receive();
+        std::string bad = check_record(m, seq);
+        if (!bad.empty() && first.empty()) {
+            first = bad;
+        }
+        if (seq % 500 == 499) {
+            co_await sleep(2ms);
+        }
+    }
+    co_return first;
+}
+
+} // namespace
+
+TEST(ring_channel, shares_its_connection_with_messages_and_another_tagged_user) {
+    // Issue 9: the ring runs on two tags (14 and 15 by default); request/reply messages and a
+    // third user's tagged immediates (tag 1) use the same connection at the same time. A small
+    // ring makes the producer wait (wait requests and pushes travel beside everything else).
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr uint32_t records = 3000, values = 2000, requests = 200;
+        constexpr size_t capacity = 16 << 10;
+        const auto a = addr(next_port());
+        consumer_side cs(capacity, a);
+        auto accepted = cs.accept();
+        auto producer = submit_to(1, [a]() -> future<> {
+            rdma::connection c = co_await rdma::connect_rc(a);
+            RDMA_CHECK(c.peer_region());
+            rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+            // The ring's tags are taken; a tag pair must be two tags.
+            EXPECT_THROW(c.immediates(rdma::ring_tags{}.doorbell), std::logic_error);
+            std::string e = co_await error_of(
+                rdma::ring_producer::open(c, *c.peer_region(), capacity, rdma::ring_tags{3, 3}));
+            EXPECT_NE(e.find("must differ"), std::string::npos) << e;
+            rdma::immediate_channel other = c.immediates(1);
+            net::message_connection m = c.messages();
+            auto user = [&]() -> future<> {
+                for (uint32_t v = 0; v < values; ++v) {
+                    co_await other.write_with_imm({}, rdma::remote_region{}, 0, v);
+                }
+            };
+            auto rpc = [&]() -> future<> {
+                for (uint32_t i = 0; i < requests; ++i) {
+                    co_await m.send(net::temporary_buffer::copy_of("request " + std::to_string(i)));
+                    std::optional<net::temporary_buffer> r = co_await m.receive();
+                    RDMA_CHECK(r);
+                    EXPECT_EQ(r->view(), "reply " + std::to_string(i));
+                }
+            };
+            auto u = user();
+            auto r = rpc();
+            co_await send_records(p, records, 64);
+            co_await std::move(u);
+            co_await std::move(r);
+            std::printf("  producer: %lu doorbells, %lu index reads, %lu wait requests\n",
+                        p.stats().doorbells, p.stats().index_reads, p.stats().wait_requests);
+            EXPECT_GE(p.stats().wait_requests, 1u) << "the producer never waited: the wait tag is untested";
+        });
+        co_await std::move(accepted);
+        rdma::connection c = cs.conn;
+        rdma::immediate_channel other = c.immediates(1);
+        net::message_connection m = c.messages();
+        auto serve = [&]() -> future<> {
+            // Exactly `requests` requests: the producer's side closes the connection when done.
+            for (uint32_t i = 0; i < requests; ++i) {
+                std::optional<net::temporary_buffer> q = co_await m.receive();
+                RDMA_CHECK(q);
+                EXPECT_EQ(q->view(), "request " + std::to_string(i));
+                co_await m.send(net::temporary_buffer::copy_of("reply " + std::to_string(i)));
+            }
+        };
+        auto read_other = [&]() -> future<> {
+            for (uint32_t v = 0; v < values; ++v) {
+                uint32_t got = co_await other.next();
+                EXPECT_EQ(got, v) << "tag 1: out of order or misrouted";
+            }
+        };
+        auto served = serve();
+        auto read = read_other();
+        std::string bad = co_await receive_records(cs.ring, records);
+        EXPECT_EQ(bad, "");
+        co_await std::move(read);
+        co_await std::move(served);
+        co_await std::move(producer);
+        const auto& st = cs.ring.stats();
+        EXPECT_EQ(st.messages, records);
+        EXPECT_GE(st.pushes, 1u);
+        std::printf("  consumer: %lu doorbells, %lu wraps, %lu wait requests, %lu pushes\n", st.doorbells,
+                    st.wraps, st.wait_requests, st.pushes);
+        other = rdma::immediate_channel();
+        m = net::message_connection();
+        c = rdma::connection();
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, indices_decode_across_the_wrap_of_the_28_bit_doorbell_field) {
+    // A doorbell carries the write index in 8-byte units mod 2^28: its field repeats every 2 GiB
+    // of records, too much to write in the guest (~10 MB/s), so the ring starts just below such a
+    // boundary (as if 2 GiB, or 2^35 bytes, had passed) and then carries ~2.3 MB of records in
+    // large batches through a 16 KiB ring: hundreds of ring laps, wait requests and answers
+    // across the field's wrap.
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr uint32_t records = 3000;
+        constexpr size_t capacity = 16 << 10;
+        constexpr uint64_t span = uint64_t(1) << 31;
+        for (uint64_t start : {span - 1000 * 8, 16 * span - capacity - 8}) {
+            const auto a = addr(next_port());
+            consumer_side cs(capacity, a);
+            rdma::internal::ring_consumer_start_at(cs.ring, start);
+            auto accepted = cs.accept();
+            EXPECT_THROW(rdma::internal::ring_consumer_start_at(cs.ring, 0), std::logic_error);
+            auto producer = submit_to(1, [a, start]() -> future<> {
+                rdma::connection c = co_await rdma::connect_rc(a);
+                rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+                EXPECT_EQ(p.write_index(), start) << "the producer did not resume at the ring's index";
+                co_await send_records(p, records, 256);
+                EXPECT_GT(p.write_index(), (start / span + 1) * span) << "the field did not wrap";
+                EXPECT_GE(p.stats().wait_requests, 1u);
+                std::printf("  start %lu: end %lu, %lu doorbells, %lu wraps, %lu wait requests\n", start,
+                            p.write_index(), p.stats().doorbells, p.stats().wraps, p.stats().wait_requests);
+            });
+            co_await std::move(accepted);
+            std::string bad = co_await receive_records(cs.ring, records);
+            EXPECT_EQ(bad, "") << "start " << start;
+            co_await std::move(producer);
+            EXPECT_EQ(cs.ring.stats().messages, records);
+            EXPECT_GE(cs.ring.stats().pushes, 1u);
+            // The producer's side closed the connection when done; nothing was a protocol error.
+            std::string err;
+            if (cs.ring.error()) {
+                err = co_await error_of(make_exception_future<>(cs.ring.error()));
+            }
+            EXPECT_EQ(err.find("protocol error"), std::string::npos) << err;
+            cs.ring = rdma::ring_consumer();
+            cs.conn = rdma::connection();
+        }
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, a_capacity_above_the_doorbells_range_is_refused) {
+    // 1 GiB is the largest ring a 28-bit doorbell decodes (ring_channel.cc); 2 GiB is refused by
+    // the consumer and by a producer shown such a region, before anything is allocated.
+    int rc = run_rdma(1, []() -> future<> {
+        EXPECT_EQ(rdma::ring_layout::max_capacity, size_t(1) << 30);
+        std::string e;
+        try {
+            rdma::ring_consumer too_big(size_t(2) << 30);
+        } catch (const std::invalid_argument& ex) {
+            e = ex.what();
+        }
+        EXPECT_NE(e.find("from 64 to 1073741824"), std::string::npos) << e;
+
+        const auto a = addr(next_port());
+        consumer_side cs(4096, a);
+        auto accepted = cs.accept();
+        rdma::connection c = co_await rdma::connect_rc(a);
+        co_await std::move(accepted);
+        const uint64_t regs = rdma::registration_count();
+        rdma::remote_region huge = *c.peer_region();
+        huge.length = rdma::ring_layout::header_size + (size_t(2) << 30);
+        e = co_await error_of(rdma::ring_producer::open(c, huge, SIZE_MAX));
+        std::printf("  2 GiB: %s\n", e.c_str());
+        EXPECT_NE(e.find("from 64 to 1073741824"), std::string::npos) << e;
+        EXPECT_EQ(rdma::registration_count(), regs);
+        // The refused opens left the tags free: a producer opens on the same connection.
+        rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+        co_await p.send(std::span<const char>("ok", 2));
+        std::span<const char> m = co_await cs.ring.receive();
+        EXPECT_EQ(std::string(m.data(), m.size()), "ok");
+        p = rdma::ring_producer();
+        c = rdma::connection();
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+/// The environment variable that makes `ring_resync_child.produce` a producer: "PORT TOTAL".
+constexpr const char* resync_child_env = "SHOAL_RING_RESYNC_CHILD";
+
+/// Starts this test binary again as a producer process for the consumer on `port`; its output
+/// goes to /dev/null.
+pid_t spawn_producer(uint16_t port, uint32_t total) {
+    std::string filter = "--gtest_filter=ring_resync_child.produce";
+    std::string self = "/proc/self/exe";
+    char* argv[] = {self.data(), filter.data(), nullptr};
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+        env_strings.emplace_back(*e);
+    }
+    env_strings.push_back(fmt::format("{}={} {}", resync_child_env, port, total));
+    std::vector<char*> envp;
+    for (auto& e : env_strings) {
+        envp.push_back(e.data());
+    }
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid = -1;
+    int err = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (err != 0) {
+        throw std::runtime_error(fmt::format("posix_spawn: {}", std::strerror(err)));
+    }
+    return pid;
+}
+
+} // namespace
+
+// Not a test of its own: the producer process `a_restarted_producer_process_resends_...` starts
+// and kills. It connects, resumes at the ring's record count and sends up to TOTAL.
+TEST(ring_resync_child, produce) {
+    const char* spec = std::getenv(resync_child_env);
+    if (!spec) {
+        GTEST_SKIP() << "a producer process of ring_channel.a_restarted_producer_process_*";
+    }
+    unsigned port = 0, total = 0;
+    ASSERT_EQ(std::sscanf(spec, "%u %u", &port, &total), 2);
+    int rc = run_rdma(1, [port, total]() -> future<> {
+        rdma::connection c = co_await rdma::connect_rc(addr(uint16_t(port)));
+        rdma::ring_producer p = co_await rdma::ring_producer::open(c, *c.peer_region());
+        co_await send_records(p, total, 64, uint32_t(p.resume_record()));
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, a_restarted_producer_process_resends_from_the_records_announced) {
+    // Issue 13's resynchronisation: producer processes are killed (SIGKILL) at random points
+    // while they send; each new one opens on a new connection, learns from the ring's header how
+    // many records the consumer was announced (`resume_record`) and sends from there. The
+    // consumer must see every sequence number exactly once, in order, with intact contents.
+    int rc = run_rdma(1, []() -> future<> {
+        constexpr uint32_t total = 20000;
+        constexpr unsigned max_kills = 12;
+        const auto a = addr(next_port());
+        consumer_side cs(16 << 10, a);
+        const unsigned seed = std::random_device{}();
+        std::mt19937 rng(seed);
+        uint32_t expected = 0;
+        unsigned children = 0, kills = 0, resumed_mid = 0;
+        std::string first_bad;
+        while (expected < total && children < max_kills + 5) {
+            const pid_t pid = spawn_producer(a.port(), total);
+            ++children;
+            co_await cs.accept();
+            const uint32_t at_attach = expected;
+            auto killer = [&]() -> future<> {
+                if (kills >= max_kills) {
+                    co_return; // this one runs to the end
+                }
+                co_await sleep(std::chrono::milliseconds(rng() % 200));
+                ::kill(pid, SIGKILL);
+                // The kernel tears the dead process's connection down; should it not, this side
+                // closes it (as a heartbeat would), which still delivers every doorbell.
+                if (!co_await eventually([&] { return bool(cs.ring.error()); }, 10000ms)) {
+                    ADD_FAILURE() << "no disconnect seen 10 s after killing producer " << children;
+                    cs.conn.close();
+                }
+            };
+            auto k = killer();
+            for (;;) {
+                try {
+                    std::span<const char> m = co_await cs.ring.receive();
+                    std::string bad = check_record(m, expected);
+                    if (!bad.empty() && first_bad.empty()) {
+                        first_bad = fmt::format("producer {}: {}", children, bad);
+                    }
+                    ++expected;
+                } catch (const std::exception&) {
+                    break; // the producer died or finished
+                }
+            }
+            co_await std::move(k);
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+            if (WIFSIGNALED(status)) {
+                ++kills;
+            } else {
+                EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "producer " << children;
+            }
+            resumed_mid += at_attach != 0 && at_attach < total;
+        }
+        std::printf("  seed %u: %u producer processes, %u killed, %u resumed mid-sequence, %u records\n",
+                    seed, children, kills, resumed_mid, expected);
+        EXPECT_EQ(first_bad, "") << "seed " << seed;
+        EXPECT_EQ(expected, total) << "seed " << seed;
+        EXPECT_GE(kills, 3u) << "seed " << seed;
+        EXPECT_GE(resumed_mid, 1u) << "seed " << seed;
+        cs.ring = rdma::ring_consumer();
+        cs.conn = rdma::connection();
+        EXPECT_TRUE(co_await all_connections_gone());
     });
     EXPECT_EQ(rc, 0);
 }

@@ -67,26 +67,61 @@ struct fan_in_side {
             ls.push_back(rdma::listen_rc(addrs.back(), lo));
         }
     }
-    /// Accepts producer i's connection and attaches it to ring i, for every i.
-    future<> accept_all() {
+    /// Accepts producer i's connection and attaches it to ring i on `tags[i]` (the default tags
+    /// when `tags` is empty), for every i; keeps the connections in `conns`.
+    future<> accept_all(std::vector<rdma::ring_tags> tags = {}) {
         for (unsigned i = 0; i < fan.producers(); ++i) {
             rdma::connection c = co_await ls[i].accept();
-            fan.attach(i, std::move(c));
+            conns.push_back(c);
+            fan.attach(i, std::move(c), tags.empty() ? rdma::ring_tags{} : tags[i]);
         }
     }
+    std::vector<rdma::connection> conns;
 };
+
+/// Receives `total` records from `side.fan`, counting each producer's in `next` (one slot per
+/// producer) and checking each against its sequence, with a 2 ms pause every 1,000 (a slow
+/// consumer: the producers wait); returns the first mismatch ("" when all were right).
+future<std::string> receive_checked(fan_in_side& side, std::vector<uint32_t>& next, uint32_t total) {
+    std::string first_error;
+    for (uint32_t k = 0; k < total; ++k) {
+        rdma::fan_in_message m = co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
+        RDMA_CHECK(m.producer < next.size());
+        uint32_t seq = next[m.producer]++;
+        std::string e = check_record(m, seq, record_size(m.producer, seq));
+        if (!e.empty() && first_error.empty()) {
+            first_error = e;
+        }
+        if (k % 1000 == 999) {
+            co_await sleep(2ms);
+        }
+    }
+    co_return first_error;
+}
 
 /// Sends records [0, count) of producer `p` to `a` (depth 32 in flight) and closes as soon as
 /// the last send resolved (the consumer still gets every record: docs/rdma.md, "A disconnect
 /// does not overtake the last doorbells"); resolves with the producer's doorbell count.
-future<uint64_t> produce(net::socket_address a, unsigned p, uint32_t count) {
+future<uint64_t> produce(net::socket_address a, unsigned p, uint32_t count, rdma::ring_tags tags = {},
+                         bool other_user = false) {
     rdma::connection c = co_await rdma::connect_rc(a);
-    rdma::ring_producer prod = co_await rdma::ring_producer::open(c, *c.peer_region());
+    rdma::ring_producer prod = co_await rdma::ring_producer::open(
+        c, *c.peer_region(), rdma::ring_producer::default_max_capacity, tags);
+    // With `other_user`, tag 0 carries another user's values (one per 10 records) beside the
+    // ring on the same connection.
+    rdma::immediate_channel other;
+    if (other_user) {
+        other = c.immediates(0);
+    }
+    std::deque<future<>> values;
     std::deque<std::vector<char>> bodies;
     std::deque<future<>> inflight;
     for (uint32_t seq = 0; seq < count; ++seq) {
         bodies.push_back(make_record(p, seq, record_size(p, seq)));
         inflight.push_back(prod.send(std::span<const char>(bodies.back().data(), bodies.back().size())));
+        if (other_user && seq % 10 == 0) {
+            values.push_back(other.write_with_imm({}, rdma::remote_region{}, 0, seq / 10));
+        }
         if (inflight.size() == 32) {
             co_await std::move(inflight.front());
             inflight.pop_front();
@@ -94,6 +129,9 @@ future<uint64_t> produce(net::socket_address a, unsigned p, uint32_t count) {
         }
     }
     for (auto& f : inflight) {
+        co_await std::move(f);
+    }
+    for (auto& f : values) {
         co_await std::move(f);
     }
     co_return prod.stats().doorbells;
@@ -175,21 +213,8 @@ TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer
             co_await when_all_succeed(std::move(ps));
         });
         co_await std::move(accepted);
-        std::array<uint32_t, producers> next{};
-        std::string first_error;
-        for (uint32_t k = 0; k < producers * count; ++k) {
-            rdma::fan_in_message m =
-                co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
-            RDMA_CHECK(m.producer < producers);
-            uint32_t seq = next[m.producer]++;
-            std::string e = check_record(m, seq, record_size(m.producer, seq));
-            if (!e.empty() && first_error.empty()) {
-                first_error = e;
-            }
-            if (k % 1000 == 999) {
-                co_await sleep(2ms); // a slow consumer now and then: the producers wait
-            }
-        }
+        std::vector<uint32_t> next(producers);
+        std::string first_error = co_await receive_checked(side, next, producers * count);
         co_await std::move(sent);
         EXPECT_EQ(first_error, "");
         for (unsigned p = 0; p < producers; ++p) {
@@ -254,6 +279,48 @@ TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others) {
         EXPECT_EQ(next[2], 100u);
         bool failed = co_await eventually([&] { return bool(side.fan.ring(2).error()); });
         EXPECT_TRUE(failed) << "the dead producer's ring saw no error";
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_fan_in, producers_on_their_own_tags_beside_another_tagged_user) {
+    // Issue 9: each ring runs on the tags its producer chose (ring_fan_in::attach(i, c, tags)),
+    // and every connection also carries tag 0's values (one per 10 records) to another reader.
+    int rc = run_rdma(2, []() -> future<> {
+        constexpr unsigned producers = 2;
+        constexpr uint32_t count = 2000;
+        fan_in_side side(producers, 8 << 10);
+        auto accepted = side.accept_all({rdma::ring_tags{2, 3}, rdma::ring_tags{9, 5}});
+        auto addrs = side.addrs;
+        auto sent = submit_to(1, [addrs]() -> future<> {
+            std::vector<future<uint64_t>> ps;
+            ps.push_back(produce(addrs[0], 0, count, rdma::ring_tags{2, 3}, true));
+            ps.push_back(produce(addrs[1], 1, count, rdma::ring_tags{9, 5}, true));
+            co_await when_all_succeed(std::move(ps));
+        });
+        co_await std::move(accepted);
+        std::vector<future<>> readers;
+        std::vector<rdma::immediate_channel> others;
+        for (unsigned p = 0; p < producers; ++p) {
+            others.push_back(side.conns[p].immediates(0));
+        }
+        for (unsigned p = 0; p < producers; ++p) {
+            readers.push_back([](rdma::immediate_channel& ch, unsigned p) -> future<> {
+                for (uint32_t v = 0; v < count / 10; ++v) {
+                    uint32_t got = co_await ch.next();
+                    EXPECT_EQ(got, v) << "producer " << p << ": tag 0 out of order or misrouted";
+                }
+            }(others[p], p));
+        }
+        std::vector<uint32_t> next(producers);
+        std::string first_error = co_await receive_checked(side, next, producers * count);
+        co_await when_all_succeed(std::move(readers));
+        co_await std::move(sent);
+        EXPECT_EQ(first_error, "");
+        for (unsigned p = 0; p < producers; ++p) {
+            EXPECT_EQ(next[p], count) << "producer " << p;
+            EXPECT_GT(side.fan.ring(p).stats().pushes, 0u) << "producer " << p << " never waited";
+        }
     });
     EXPECT_EQ(rc, 0);
 }
