@@ -239,9 +239,11 @@ public:
         rdma::connection c = co_await rdma::connect_rc(addr, connect_options(timeout_ms));
         _producer = co_await rdma::ring_producer::open(c, ring);
         _max_message = _producer.max_message_size();
+        _resume_record = _producer.resume_record();
     }
 
     size_t max_message() const noexcept { return _max_message; }
+    uint64_t resume_record() const noexcept { return _resume_record; }
 
     /// Sends `msg` (kept valid by the caller until the future resolves).
     future<> send(std::span<const char> msg) {
@@ -261,6 +263,7 @@ private:
 
     rdma::ring_producer _producer;
     size_t _max_message = 0;
+    uint64_t _resume_record = 0;
 };
 
 /// An address given by the caller, parsed (std::invalid_argument naming it when bad).
@@ -544,6 +547,10 @@ int shoal_ring_producer_open(shoal_runtime* rt, unsigned shard, const char* addr
 
 size_t shoal_ring_producer_max_message(const shoal_ring_producer* p) {
     return p ? p->state->max_message() : 0;
+}
+
+uint64_t shoal_ring_producer_resume_record(const shoal_ring_producer* p) {
+    return p ? p->state->resume_record() : 0;
 }
 
 int shoal_ring_send(shoal_ring_producer* p, const void* data, size_t size) {

@@ -477,6 +477,7 @@ static void test_rdma_calls_without_rdma(void) {
     CHECK_RC(shoal_ring_consumer_descriptor(NULL, desc, sizeof desc, &size), SHOAL_EINVAL);
     CHECK_RC(shoal_ring_consumer_address(NULL, out, sizeof out), SHOAL_EINVAL);
     CHECK(shoal_ring_consumer_max_message(NULL) == 0 && shoal_ring_producer_max_message(NULL) == 0);
+    CHECK(shoal_ring_producer_resume_record(NULL) == 0);
     CHECK_RC(shoal_ring_consumer_close(NULL), SHOAL_EINVAL);
     shoal_ring_consumer_destroy(NULL);
     CHECK_RC(shoal_ring_send(NULL, "x", 1), SHOAL_EINVAL);
@@ -657,6 +658,7 @@ static void test_ring(shoal_runtime* rt) {
         return;
     }
     CHECK(shoal_ring_producer_max_message(p) == 4088);
+    CHECK(shoal_ring_producer_resume_record(p) == 0); /* a new ring */
     CHECK_RC(shoal_ring_send(p, out, 4089), SHOAL_EINVAL);
     CHECK(strstr(shoal_last_error(), "exceeds") != NULL);
     shoal_buffer* wrong_shard = NULL;
@@ -723,6 +725,8 @@ static void test_ring(shoal_runtime* rt) {
     /* A new producer resumes the ring; then the consumer vanishes and its sends fail. */
     CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, 5000, &p), SHOAL_OK);
     if (p) {
+        /* It resumes after every message the first producer got into the ring. */
+        CHECK(shoal_ring_producer_resume_record(p) == (uint64_t)(ring_messages + async_tail + 2));
         CHECK_RC(shoal_ring_send(p, "again", 5), SHOAL_OK);
         CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 10000), SHOAL_OK);
         CHECK(size == 5 && memcmp(out, "again", 5) == 0);

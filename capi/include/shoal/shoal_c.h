@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 3
+#define SHOAL_C_VERSION_MINOR 4
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -256,6 +256,11 @@ SHOAL_C_API int shoal_ring_producer_open(shoal_runtime* rt, unsigned shard, cons
                                          shoal_ring_producer** out);
 /** The largest message the ring takes (0 for NULL). */
 SHOAL_C_API size_t shoal_ring_producer_max_message(const shoal_ring_producer* p);
+/** Messages the consumer had been announced (since the ring was created) when the producer
+ *  opened: exactly those reached the ring. A producer restarted after a crash, also in a new
+ *  process, resends from there (the sequence number of its first message when messages are
+ *  numbered from 0). 0 for NULL. Since minor 4. */
+SHOAL_C_API uint64_t shoal_ring_producer_resume_record(const shoal_ring_producer* p);
 /** Sends `size` bytes (0 to the largest message; SHOAL_EINVAL beyond it): returns once they are
  *  in the consumer's memory. A full ring makes it wait until the consumer releases space (or
  *  the connection breaks: SHOAL_ECONNECTION, or the producer is closed: SHOAL_ECLOSED). */
