@@ -27,8 +27,10 @@ public:
     /// (getrusage ru_nivcsw). Returns how long to spin before sleeping.
     duration begin(uint64_t involuntary_switches) noexcept {
         if (_adaptive && involuntary_switches != _switches) {
+            if (_switches != unknown) { // the first count is only a baseline
+                shrink();
+            }
             _switches = involuntary_switches;
-            shrink();
         }
         return _window;
     }
@@ -62,10 +64,12 @@ private:
         }
     }
 
+    static constexpr uint64_t unknown = UINT64_MAX;
+
     duration _max;
     duration _step;
     duration _window;
-    uint64_t _switches = 0;
+    uint64_t _switches = unknown;
     bool _adaptive;
 };
 

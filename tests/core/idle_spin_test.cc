@@ -47,11 +47,12 @@ TEST(idle_spin, recovers_after_productive_periods) {
 
 TEST(idle_spin, preemption_halves_the_window) {
     idle_spin s(200us, true);
-    EXPECT_EQ(s.begin(7), 100us); // preempted 7 times since the start
-    EXPECT_EQ(s.begin(7), 100us); // not since the last idle period
-    EXPECT_EQ(s.begin(8), 50us);
-    EXPECT_EQ(s.begin(9), 25us);
-    EXPECT_EQ(s.begin(10), 0us);
+    EXPECT_EQ(s.begin(7), 200us); // the first count is the baseline
+    EXPECT_EQ(s.begin(8), 100us); // preempted since the last idle period
+    EXPECT_EQ(s.begin(8), 100us); // not since the last one
+    EXPECT_EQ(s.begin(9), 50us);
+    EXPECT_EQ(s.begin(10), 25us);
+    EXPECT_EQ(s.begin(11), 0us);
 }
 
 TEST(idle_spin, not_adaptive_always_spins_the_maximum) {
