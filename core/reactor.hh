@@ -157,7 +157,7 @@ public:
     /// sleep check (threads outside the engine, see core/alien.hh).
     void wake_unconditionally() noexcept;
     /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
-    /// thread: the engine's ticker calls it every task-quota period.
+    /// thread: the engine's ticker calls it every task-quota period while a shard is awake.
     void request_preempt() noexcept {
         // Only the ticker writes _ticks; the shard reads it around tasks to spot long ones.
         _ticks.store(_ticks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

@@ -247,6 +247,7 @@ public:
             _ticker_wake.notify_one();
         }
     }
+    /// True when every shard sleeps in io_uring (read from the ticker's thread).
     bool all_shards_sleep() const noexcept {
         return std::all_of(_reactors.begin(), _reactors.end(), [](reactor* r) { return r->sleeping(); });
     }
