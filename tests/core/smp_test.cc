@@ -272,7 +272,7 @@ void delayed_answers_both_ways(std::chrono::microseconds idle_poll) {
     EXPECT_EQ(
         run_in_shards(
             2,
-            []() -> future<> {
+            [idle_poll]() -> future<> {
                 constexpr int n = 4000;
                 auto sleeps_of_1 = [] { return submit_to(1, [] { return local_reactor().stats().sleeps; }); };
                 auto sleeps0 = local_reactor().stats().sleeps;
@@ -282,8 +282,13 @@ void delayed_answers_both_ways(std::chrono::microseconds idle_poll) {
                 auto deadline = steady_clock_type::now() + 60s;
                 co_await with_timeout(deadline, std::move(to_one));
                 co_await with_timeout(deadline, std::move(from_one));
-                EXPECT_GT(local_reactor().stats().sleeps, sleeps0);
-                EXPECT_GT(co_await sleeps_of_1(), sleeps1);
+                if (idle_poll.count() == 0) {
+                    // Without idle polling every idle moment is a sleep. With it, whether a shard
+                    // ever slept depends on how the delays fall against the spin (it failed about
+                    // 1 run in 17): there the test only asserts that nothing hung.
+                    EXPECT_GT(local_reactor().stats().sleeps, sleeps0);
+                    EXPECT_GT(co_await sleeps_of_1(), sleeps1);
+                }
             },
             cfg),
         0);
