@@ -102,12 +102,7 @@ app::app(std::string name, std::string description)
     add_option("smp", "number of shards (threads), one per CPU of --cpuset", "1");
     add_option("cpuset", "CPUs to pin the shards to, e.g. 0-3,6");
     add_flag("poll-mode", "never sleep: poll continuously even when idle");
-    add_option("idle-poll-us",
-               "microseconds an idle shard keeps polling before it sleeps; given: always that long "
-               "(default: at most 200, less while polling finds nothing or the CPU is contended)",
-               "200");
-    add_flag("no-adaptive-idle-poll",
-             "always poll --idle-poll-us before sleeping, even when it finds nothing");
+    add_option("idle-poll-us", "microseconds an idle shard keeps polling before it sleeps", "200");
     add_option("task-quota", "tasks a shard runs between two polls", "256");
     add_option("task-quota-ms", "time a shard runs tasks before it polls (need_preempt); 0: no limit", "0.5");
     add_option("log-level", "error, warn, info, debug or trace", "info");
@@ -228,8 +223,6 @@ void app::apply_common() {
     _smp.reactor.poll_mode = has("poll-mode");
     _smp.reactor.defer_taskrun = !has("no-defer-taskrun");
     _smp.reactor.idle_poll = std::chrono::microseconds(parse_size(get("idle-poll-us")));
-    // An explicit spin keeps its meaning: always that long.
-    _smp.reactor.adaptive_idle_poll = !has("no-adaptive-idle-poll") && !_options["idle-poll-us"].given;
     _smp.reactor.task_quota = unsigned(parse_size(get("task-quota")));
     if (_smp.reactor.task_quota == 0) {
         throw std::invalid_argument("--task-quota must be at least 1");

@@ -6,8 +6,7 @@ namespace shoal {
 
 namespace internal {
 /// The preemption flag of the calling shard: raised by the engine's ticker every task-quota
-/// period (`reactor_config::task_quota_time`) while a shard is awake (it parks when all sleep),
-/// lowered by the reactor each time it polls. Points
+/// period (`reactor_config::task_quota_time`), lowered by the reactor each time it polls. Points
 /// at a flag that is never raised outside a shard.
 extern constinit thread_local std::atomic<bool>* preempt_flag;
 } // namespace internal

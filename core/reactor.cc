@@ -10,7 +10,6 @@
 #include <system_error>
 
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 namespace shoal {
@@ -53,15 +52,6 @@ bool account_enter(int rc, const char* call, reactor_stats& stats, uint64_t& in_
     stats.io_submitted += unsigned(rc);
     in_flight += unsigned(rc);
     return rc > 0;
-}
-
-/// Times the calling thread was preempted (involuntary context switches); one system call.
-uint64_t involuntary_switches() noexcept {
-    rusage ru{};
-    if (::getrusage(RUSAGE_THREAD, &ru) != 0) {
-        return 0;
-    }
-    return uint64_t(ru.ru_nivcsw);
 }
 } // namespace
 
@@ -122,8 +112,7 @@ private:
 
 reactor::reactor(unsigned shard_id, const reactor_config& cfg)
     : _shard_id(shard_id)
-    , _cfg(cfg)
-    , _idle_spin(cfg.idle_poll, cfg.adaptive_idle_poll) {
+    , _cfg(cfg) {
     int rc = -EINVAL;
     for (unsigned flags : ring_flag_sets) {
         if (flags == defer_taskrun_flags && !_cfg.defer_taskrun) {
@@ -454,11 +443,6 @@ void reactor::sleep() {
         }
     }
     _sleeping.store(false, std::memory_order_relaxed);
-    if (_after_sleep_hook) {
-        // Pairs with the ticker's fence between parking and reading the sleeping flags.
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        _after_sleep_hook();
-    }
     for (size_t i = 0; i < armed; ++i) {
         _pollers[i]->disarm();
     }
@@ -467,44 +451,26 @@ void reactor::sleep() {
 void reactor::run() {
     auto idle_since = steady_clock_type::now();
     bool idle = false;
-    std::chrono::microseconds spin{0};
     while (!_stopping || _active) {
         ++_stats.loops;
         run_tasks(_cfg.task_quota);
         bool work = poll_once();
         if (work || _active) {
-            if (idle) {
-                ++_stats.idle_spins_with_work;
-                _idle_spin.spin_found_work();
-            }
             idle = false;
             continue;
         }
         if (_stopping || _cfg.poll_mode) {
             continue;
         }
-        // Idle from here on: system calls and clock reads cost no work.
         auto now = steady_clock_type::now();
         if (!idle) {
             idle = true;
             idle_since = now;
-            spin = _idle_spin.begin(_idle_spin.wants_switches() ? involuntary_switches()
-                                                                : _idle_spin.switches());
-            if (spin.count() > 0) {
-                continue;
-            }
+            continue;
         }
-        if (now - idle_since >= spin) {
-            if (spin.count() > 0) {
-                ++_stats.idle_spins_expired;
-                _idle_spin.spin_expired();
-            }
+        if (now - idle_since >= _cfg.idle_poll) {
             sleep();
             idle = false;
-            if (_cfg.adaptive_idle_poll) {
-                _idle_spin.slept(
-                    std::chrono::duration_cast<std::chrono::microseconds>(steady_clock_type::now() - now));
-            }
         }
     }
     cancel_all_io();

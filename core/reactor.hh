@@ -2,7 +2,6 @@
 
 #include "core/clock.hh"
 #include "core/future.hh"
-#include "core/idle_spin.hh"
 #include "core/scheduling.hh"
 #include "core/small_pool.hh"
 #include "core/task.hh"
@@ -46,13 +45,8 @@ protected:
 struct reactor_config {
     /// Never sleep: spin polling even when idle (lowest latency, one busy core per shard).
     bool poll_mode = false;
-    /// How long an idle reactor keeps polling before it arms its pollers and sleeps (at most,
-    /// when `adaptive_idle_poll`).
+    /// How long an idle reactor keeps polling before it arms its pollers and sleeps.
     std::chrono::microseconds idle_poll{200};
-    /// Spin only while spinning pays (`idle_spin`): shorter after spins that found nothing and
-    /// after the thread was preempted, back up to `idle_poll` after spins that found work.
-    /// False: always spin `idle_poll`.
-    bool adaptive_idle_poll = true;
     /// Tasks run between two rounds of polling (at most; time may end a round earlier).
     unsigned task_quota = 256;
     /// Task quota in time: every period the engine raises each running shard's preemption flag
@@ -88,8 +82,6 @@ struct reactor_stats {
     /// Times the reactor found the kernel's CQ-overflow flag up (completions the CQ ring had no
     /// room for, held back by the kernel until the shard entered it again).
     uint64_t cq_overflow_flushes = 0;
-    uint64_t idle_spins_with_work = 0; ///< idle periods whose spin found work before the sleep
-    uint64_t idle_spins_expired = 0;   ///< idle periods whose spin found nothing (then slept)
 };
 
 class timer_base;
@@ -157,7 +149,7 @@ public:
     /// sleep check (threads outside the engine, see core/alien.hh).
     void wake_unconditionally() noexcept;
     /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
-    /// thread: the engine's ticker calls it every task-quota period while a shard is awake.
+    /// thread: the engine's ticker calls it every task-quota period.
     void request_preempt() noexcept {
         // Only the ticker writes _ticks; the shard reads it around tasks to spot long ones.
         _ticks.store(_ticks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -166,13 +158,6 @@ public:
         }
     }
 
-    /// True while the reactor sleeps in io_uring (the ticker reads it from its thread).
-    bool sleeping() const noexcept { return _sleeping.load(std::memory_order_relaxed); }
-    /// Times the preemption ticker has called `request_preempt` on this reactor.
-    uint32_t preempt_ticks() const noexcept { return _ticks.load(std::memory_order_relaxed); }
-    /// The current idle spin window (see `reactor_config::adaptive_idle_poll`).
-    std::chrono::microseconds idle_spin_window() const noexcept { return _idle_spin.window(); }
-
     /// Marks this reactor as having work posted by another thread, then wakes it if needed.
     /// Callers publish their work first; this provides the fence that pairs with the sleep check.
     void notify_from_other_thread() noexcept;
@@ -180,9 +165,6 @@ public:
     /// Registers a check that runs right before sleeping: returning true cancels the sleep
     /// (used by cross-shard queues, whose producers call `notify_from_other_thread`).
     void set_pending_work_check(std::function<bool()> check) { _pending_work_check = std::move(check); }
-    /// Registers a hook that runs each time the reactor leaves a sleep (or gives one up), after
-    /// its sleeping flag is down and a full fence: the engine restarts a parked ticker with it.
-    void set_after_sleep_hook(std::function<void()> hook) { _after_sleep_hook = std::move(hook); }
 
     /// Number of I/O requests the kernel has not completed yet.
     uint64_t io_in_flight() const noexcept { return _io_in_flight; }
@@ -230,8 +212,6 @@ private:
     int _wake_fd = -1;
     wakeup_reader* _wakeup = nullptr;
     std::function<bool()> _pending_work_check;
-    std::function<void()> _after_sleep_hook;
-    idle_spin _idle_spin;
     alignas(64) std::atomic<bool> _sleeping{false};
     alignas(64) std::atomic<bool> _preempt{false}; // the flag need_preempt() reads on this shard
     std::atomic<uint32_t> _ticks{0};               // preemption ticks (same line: the ticker writes both)

@@ -5,8 +5,6 @@
 #include "core/log.hh"
 #include "core/spsc_queue.hh"
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <csignal>
@@ -139,7 +137,6 @@ public:
         smp_poller sp(*this, id);
         r.register_poller(&sp);
         r.set_pending_work_check([&sp] { return sp.has_incoming(); });
-        r.set_after_sleep_hook([this] { unpark_ticker(); });
         _reactors[id] = &r;
         _started.fetch_add(1, std::memory_order_acq_rel);
         while (_started.load(std::memory_order_acquire) < _n) {
@@ -199,9 +196,7 @@ public:
     }
 
     /// Starts the thread that raises every running shard's preemption flag once per task-quota
-    /// period. Started before any shard is pinned, so it may run on any CPU of the process. It
-    /// parks after two periods in which every shard slept (an idle process is not woken every
-    /// period); the first shard to leave a sleep restarts it (`unpark_ticker`).
+    /// period. Started before any shard is pinned, so it may run on any CPU of the process.
     void start_ticker() {
         auto period = _opts.reactor.task_quota_time;
         if (period.count() <= 0) {
@@ -209,7 +204,6 @@ public:
         }
         _ticker = std::thread([this, period] {
             std::unique_lock lock(_ticker_lock);
-            unsigned idle_periods = 0;
             while (!_ticker_stop) {
                 _ticker_wake.wait_for(lock, period);
                 if (_started.load(std::memory_order_acquire) < _n || _start_aborted.load()) {
@@ -218,38 +212,8 @@ public:
                 for (reactor* r : _reactors) {
                     r->request_preempt();
                 }
-                idle_periods = all_shards_sleep() ? idle_periods + 1 : 0;
-                if (idle_periods < 2) {
-                    continue;
-                }
-                _ticker_parked.store(true, std::memory_order_relaxed);
-                // Pairs with the fence a reactor makes after it lowers its sleeping flag: either
-                // this sees the shard awake, or the shard sees the ticker parked and restarts it.
-                std::atomic_thread_fence(std::memory_order_seq_cst);
-                if (all_shards_sleep()) {
-                    _ticker_wake.wait(lock, [this] {
-                        return _ticker_stop || !_ticker_parked.load(std::memory_order_relaxed);
-                    });
-                }
-                _ticker_parked.store(false, std::memory_order_relaxed);
-                idle_periods = 0;
             }
         });
-    }
-    /// Restarts a parked ticker: called by a shard each time it leaves a sleep (one load when the
-    /// ticker runs).
-    void unpark_ticker() {
-        if (_ticker_parked.load(std::memory_order_relaxed)) {
-            {
-                std::lock_guard g(_ticker_lock);
-                _ticker_parked.store(false, std::memory_order_relaxed);
-            }
-            _ticker_wake.notify_one();
-        }
-    }
-    /// True when every shard sleeps in io_uring (read from the ticker's thread).
-    bool all_shards_sleep() const noexcept {
-        return std::all_of(_reactors.begin(), _reactors.end(), [](reactor* r) { return r->sleeping(); });
     }
     void stop_ticker() {
         if (_ticker.joinable()) {
@@ -284,7 +248,6 @@ private:
     std::mutex _ticker_lock;
     std::condition_variable _ticker_wake;
     bool _ticker_stop = false;
-    std::atomic<bool> _ticker_parked{false};
 };
 
 bool smp_poller::has_incoming() const noexcept {

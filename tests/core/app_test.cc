@@ -195,7 +195,6 @@ TEST(app, common_options) {
     EXPECT_TRUE(o.handle_signals);
     EXPECT_TRUE(o.reactor.poll_mode);
     EXPECT_EQ(o.reactor.idle_poll, std::chrono::microseconds(50));
-    EXPECT_FALSE(o.reactor.adaptive_idle_poll); // an explicit spin is always that long
     EXPECT_EQ(o.reactor.task_quota, 32u);
     EXPECT_EQ(a.positional(), (std::vector<std::string>{"extra", "words"}));
     EXPECT_EQ(app_test_log.level(), log_level::trace);
@@ -213,17 +212,8 @@ TEST(app, defaults) {
     EXPECT_TRUE(o.pin);
     EXPECT_FALSE(o.reactor.poll_mode);
     EXPECT_EQ(o.reactor.idle_poll, std::chrono::microseconds(200));
-    EXPECT_TRUE(o.reactor.adaptive_idle_poll);
     EXPECT_EQ(o.reactor.task_quota, 256u);
     EXPECT_EQ(o.reactor.task_quota_time, std::chrono::microseconds(500));
-}
-
-TEST(app, no_adaptive_idle_poll_keeps_the_default_spin) {
-    app a("t", "test");
-    args cl{"--no-adaptive-idle-poll"};
-    EXPECT_EQ(a.parse(cl.argc(), cl.argv()), std::nullopt);
-    EXPECT_FALSE(a.engine_options().reactor.adaptive_idle_poll);
-    EXPECT_EQ(a.engine_options().reactor.idle_poll, std::chrono::microseconds(200));
 }
 
 TEST(app, task_quota_ms_sets_the_time_quota) {
