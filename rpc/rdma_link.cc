@@ -451,12 +451,34 @@ private:
             _queue.pop_front();
             bytes += f.wire_size();
             ++frames;
-            f.header.encode(f.head.get_write());
-            _parts.push_back(std::move(f.head));
-            for (auto& a : f.attachments) {
-                _parts.push_back(std::move(a));
-            }
+            gather(f);
         }
+        return send_gathered(frames, bytes);
+    }
+
+    /// Sends `f` alone: whole in a message when it fits one, else by READ (`send_remote`).
+    future<> send_one(outgoing_frame f) {
+        if (fits_a_message(f)) {
+            const size_t wire = f.wire_size();
+            _parts.clear();
+            gather(f);
+            return send_gathered(1, wire);
+        }
+        return send_remote(std::move(f));
+    }
+
+    /// Encodes `f`'s header and moves its buffers (header first) to the end of `_parts`.
+    void gather(outgoing_frame& f) {
+        f.header.encode(f.head.get_write());
+        _parts.push_back(std::move(f.head));
+        for (auto& a : f.attachments) {
+            _parts.push_back(std::move(a));
+        }
+    }
+
+    /// Sends what `gather` collected (`frames` frames, `bytes` bytes) as one message. `_parts`
+    /// is a member so that a message costs no allocation once it has grown.
+    future<> send_gathered(size_t frames, size_t bytes) {
         future<> sent = _msgs.send(std::span<net::temporary_buffer>(_parts));
         _parts.clear();
         link_stats.frames_sent += frames;
@@ -465,38 +487,6 @@ private:
             _queued -= std::min(bytes, _queued);
             wake();
         });
-    }
-
-    future<> send_one(outgoing_frame f) {
-        const size_t wire = f.wire_size();
-        if (fits_a_message(f)) {
-            f.header.encode(f.head.get_write());
-            future<> sent = make_ready_future<>();
-            if (f.attachments.size() < rdma::internal::max_send_gather) {
-                std::array<net::temporary_buffer, rdma::internal::max_send_gather> parts;
-                size_t n = 0;
-                parts[n++] = std::move(f.head);
-                for (auto& a : f.attachments) {
-                    parts[n++] = std::move(a);
-                }
-                sent = _msgs.send(std::span<net::temporary_buffer>(parts.data(), n));
-            } else {
-                std::vector<net::temporary_buffer> parts;
-                parts.reserve(1 + f.attachments.size());
-                parts.push_back(std::move(f.head));
-                for (auto& a : f.attachments) {
-                    parts.push_back(std::move(a));
-                }
-                sent = _msgs.send(std::span<net::temporary_buffer>(parts));
-            }
-            ++link_stats.frames_sent;
-            ++link_stats.messages_sent;
-            return sent.then([this, wire] {
-                _queued -= std::min(wire, _queued);
-                wake();
-            });
-        }
-        return send_remote(std::move(f));
     }
 
     /// Sends the header and a descriptor; the body stays exported until the peer releases it.
@@ -629,7 +619,7 @@ private:
     unsigned _max_reads;
     bool _coalesce;
     flush_task _flusher;
-    std::vector<net::temporary_buffer> _parts; // the pieces of a message of several frames
+    std::vector<net::temporary_buffer> _parts; // the pieces of the message being sent
     std::unique_ptr<rdma::registration_cache> _cache;
     std::unordered_map<uint32_t, held_body> _held;
     uint32_t _next_transfer = 0;
