@@ -5,6 +5,8 @@
 //   one-sided WRITE throughput, 1 MiB, several in flight
 //   one way, small records: the ring channel against the stream, side by side
 // Prints a table; --json for tooling.
+#include "bench/pool_bw.hh"
+#include "bench/rdma_start.hh"
 #include "core/app.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
@@ -255,48 +257,6 @@ future<double> measure_fan_in_rate(std::array<net::socket_address, 4> addrs, siz
     co_return co_await ring_send_rate(ps, size, seconds, 4 * size_t(depth));
 }
 
-/// MB/s of remote_write (or remote_read) of `size`-byte slices leased from a pool server,
-/// `depth` in flight over a peer with 2 one-sided connections.
-future<double> measure_pool_bw(net::socket_address a, size_t size, bool write, double seconds,
-                               unsigned depth) {
-    rdma::peer p = co_await rdma::peer::connect(a, 2);
-    rdma::remote_pool_client pool(p);
-    std::vector<rdma::remote_region> slices;
-    for (unsigned i = 0; i < depth; ++i) {
-        slices.push_back(co_await pool.allocate(size, 4096));
-    }
-    rdma::buffer local = rdma::shard_context::local().pool().allocate(size);
-    uint64_t bytes = 0;
-    std::deque<future<>> inflight;
-    auto start = clk::now();
-    auto end = start + std::chrono::duration<double>(seconds);
-    unsigned k = 0;
-    while (clk::now() < end) {
-        while (inflight.size() < depth) {
-            const auto& r = slices[k++ % depth];
-            inflight.push_back(write ? pool.remote_write(rdma::span_of(local, 0, size), r)
-                                     : pool.remote_read(rdma::span_of(local, 0, size), r));
-        }
-        co_await std::move(inflight.front());
-        inflight.pop_front();
-        bytes += size;
-    }
-    for (auto& f : inflight) {
-        co_await std::move(f);
-        bytes += size;
-    }
-    double secs = std::chrono::duration<double>(clk::now() - start).count();
-    p.close();
-    co_return double(bytes) / secs / 1e6;
-}
-
-/// A remote memory pool server on the server shard, serving every connection.
-struct pool_server {
-    std::optional<rdma::listener> l;
-    std::optional<rdma::remote_pool_server> srv;
-};
-pool_server pool_srv;
-
 future<double> measure_write_bw(net::socket_address a, size_t size, double seconds, unsigned depth) {
     rdma::connection c = co_await rdma::connect_rc(a);
     rdma::remote_region rr = *c.peer_region();
@@ -342,13 +302,8 @@ int main(int argc, char** argv) {
     so.smp = std::max(server_shard + 1, so.smp);
     so.handle_signals = false;
     return run_shards(so, [&]() -> future<int> {
-        rdma::options o = rdma::options_from(a);
-        std::string ip = a.get("ip");
-        if (ip.empty() && std::getenv("SHOAL_RDMA_IP")) {
-            ip = std::getenv("SHOAL_RDMA_IP");
-        }
-        o.device.address = ip;
-        co_await rdma::start(o);
+        future<std::string> started = bench::start_rdma(a);
+        const std::string ip = co_await std::move(started);
         auto stream_addr = net::socket_address::from_host_port(ip, 18515);
         auto rc_addr = net::socket_address::from_host_port(ip, 18516);
         auto drain_addr = net::socket_address::from_host_port(ip, 18517);
@@ -390,12 +345,7 @@ int main(int argc, char** argv) {
                 start_ring_server(ra, ring_capacity);
             }
             start_fan_in_server(fan_addrs, ring_capacity);
-            pool_srv.l.emplace(rdma::listen_rc(pool_addr));
-            pool_srv.srv.emplace();
-            (void)keep_doing([] {
-                return pool_srv.l->accept().then(
-                    [](rdma::connection c) { (void)pool_srv.srv->serve(std::move(c)); });
-            }).handle_exception([](std::exception_ptr) {});
+            bench::start_pool_bench_server(pool_addr);
             (void)keep_doing([] {
                 return srv.rc->accept().then([](rdma::connection c) { srv.keep.push_back(std::move(c)); });
             }).handle_exception([](std::exception_ptr) {});
@@ -453,9 +403,9 @@ int main(int argc, char** argv) {
         };
         std::vector<pool_row> pool_rows;
         for (size_t size : {size_t(4096), size_t(1) << 20}) {
-            future<double> pw = measure_pool_bw(pool_addr, size, true, seconds, 4);
+            future<double> pw = bench::measure_pool_bw(pool_addr, size, true, seconds, 4);
             double w = co_await std::move(pw);
-            future<double> pr = measure_pool_bw(pool_addr, size, false, seconds, 4);
+            future<double> pr = bench::measure_pool_bw(pool_addr, size, false, seconds, 4);
             double r = co_await std::move(pr);
             pool_rows.push_back({size, w, r});
         }
@@ -516,8 +466,7 @@ int main(int argc, char** argv) {
             ring_servers.clear();
             fan_srv.ls.clear();
             fan_srv.fan.reset();
-            pool_srv.l->abort_accept();
-            pool_srv.srv.reset();
+            bench::stop_pool_bench_server();
             srv.exported.revoke();
             srv.mem.reset();
         });

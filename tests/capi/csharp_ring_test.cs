@@ -10,12 +10,6 @@ using System.Runtime.InteropServices;
 using System.Threading;
 
 static partial class Shoal { // the rest: shoal_native.cs
-    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
-    public delegate void DoneCallback(IntPtr user, int status, IntPtr error);
-
-    [DllImport(Lib)] public static extern int shoal_buffer_alloc(IntPtr rt, uint shard, UIntPtr size, out IntPtr buf);
-    [DllImport(Lib)] public static extern IntPtr shoal_buffer_data(IntPtr buf);
-    [DllImport(Lib)] public static extern void shoal_buffer_free(IntPtr buf);
     [DllImport(Lib)] public static extern int shoal_ring_producer_open(IntPtr rt, uint shard, string address, byte[] descriptor, UIntPtr size, uint timeout_ms, out IntPtr producer);
     [DllImport(Lib)] public static extern UIntPtr shoal_ring_producer_max_message(IntPtr producer);
     [DllImport(Lib)] public static extern int shoal_ring_send(IntPtr producer, byte[] data, UIntPtr size);
@@ -67,12 +61,8 @@ static class Program {
         int count = int.Parse(args[2]);
         Check(BitConverter.IsLittleEndian, "a little-endian machine (the record format)");
 
-        var opts = new Shoal.RuntimeOptions();
-        Shoal.shoal_runtime_options_init(ref opts);
-        opts.shards = 2;
-        opts.rdma = 1;
         IntPtr rt;
-        int rc = Shoal.shoal_runtime_start(ref opts, out rt);
+        int rc = Shoal.StartRdmaRuntime(2, out rt);
         Check(rc == Shoal.OK, "runtime start with rdma: " + Shoal.Name(rc));
         if (rc != Shoal.OK) { Console.WriteLine(passed + " passed, " + failed + " failed"); return 1; }
 

@@ -2,7 +2,8 @@
 # Builds the C# P/Invoke test with Debian's mono-mcs and runs it with mono against libshoal_c.
 # Skips (exit 77), saying so, where mcs or mono is not installed.
 #
-# usage: csharp_test.sh SOURCE.cs LIBSHOAL_C_DIR   (run through with_kv_servers.sh)
+# usage: csharp_test.sh SOURCE.cs LIBSHOAL_C_DIR   (run through with_kv_servers.sh or
+#        with_pool_server.sh, which start the servers the test talks to)
 set -euo pipefail
 src=$1
 libdir=$2
@@ -13,4 +14,4 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mcs -nologo -warnaserror -out:"$work/test.exe" "$src" "$(dirname "$src")/shoal_native.cs"
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" mono "$work/test.exe"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 mono "$work/test.exe"
