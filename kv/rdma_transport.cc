@@ -289,12 +289,15 @@ void rdma_transport::remember(const std::string& key, const wire::response& h, u
     _cache[key] = location{h.addr, h.rkey, h.len, shard};
 }
 
-future<std::optional<fetched_value>> rdma_transport::read_location(std::string key, location loc,
-                                                                   bool* valid) {
+future<std::optional<fetched_value>> rdma_transport::read_location(std::string key, location loc, bool* valid,
+                                                                   get_timing* timing) {
     std::shared_ptr<shard_conn> s = _shards[loc.shard];
     rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
     ++_stats.reads;
     std::optional<client_error> failed;
+    if (timing) {
+        timing->posted = std::chrono::steady_clock::now();
+    }
     try {
         co_await s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
     } catch (const std::exception& e) {
@@ -302,6 +305,9 @@ future<std::optional<fetched_value>> rdma_transport::read_location(std::string k
     }
     if (failed) {
         throw *failed;
+    }
+    if (timing) {
+        timing->completed = std::chrono::steady_clock::now();
     }
     record::view v;
     // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
@@ -323,12 +329,23 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
     if (_closed) {
         fail(client_errc::bad_request, "client closed");
     }
+    std::optional<get_timing> timing;
+    if (_opts.time_cached_gets) {
+        timing.emplace().start = std::chrono::steady_clock::now();
+    }
     co_await connect_all();
     bool valid = false;
     if (auto it = _cache.find(key); it != _cache.end()) {
-        auto v = co_await read_location(key, it->second, &valid);
+        auto v = co_await read_location(key, it->second, &valid, timing ? &*timing : nullptr);
         if (valid) {
             ++_stats.direct_reads;
+            if (timing) {
+                auto ns = [](auto d) { return uint64_t(std::chrono::nanoseconds(d).count()); };
+                ++_stats.timed_gets;
+                _stats.timed_before_ns += ns(timing->posted - timing->start);
+                _stats.timed_read_ns += ns(timing->completed - timing->posted);
+                _stats.timed_after_ns += ns(std::chrono::steady_clock::now() - timing->completed);
+            }
             co_return v;
         }
         ++_stats.cache_misses;
@@ -339,6 +356,10 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
         wire::request q;
         q.code = wire::op::get;
         q.options = round > 0 ? wire::want_inline : 0; // a READ raced a change: through the server
+        if (_opts.inline_get_max) {
+            q.options |= wire::client_inline_limit;
+            q.value_len = *_opts.inline_get_max;
+        }
         ++_stats.control_gets;
         reply r = co_await call(shard, q, key, {});
         if (r.h.code == wire::status::not_found) {
