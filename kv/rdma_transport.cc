@@ -62,12 +62,16 @@ future<std::shared_ptr<rdma_transport::shard_conn>> rdma_transport::connect_shar
     co_return s;
 }
 
-future<> rdma_transport::connect_all() {
+bool rdma_transport::connected() const noexcept {
     bool healthy = !_shards.empty() && _shards.size() == _shard_count;
     for (auto& s : _shards) {
         healthy = healthy && !s->broken;
     }
-    if (healthy) {
+    return healthy;
+}
+
+future<> rdma_transport::connect_now() {
+    if (connected()) {
         co_return;
     }
     if (_connecting) {
@@ -289,8 +293,8 @@ void rdma_transport::remember(const std::string& key, const wire::response& h, u
     _cache[key] = location{h.addr, h.rkey, h.len, shard};
 }
 
-future<std::optional<fetched_value>> rdma_transport::read_location(std::string key, location loc, bool* valid,
-                                                                   get_timing* timing) {
+future<std::optional<fetched_value>> rdma_transport::read_location(std::string_view key, location loc,
+                                                                   bool* valid, get_timing* timing) {
     std::shared_ptr<shard_conn> s = _shards[loc.shard];
     rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
     ++_stats.reads;
@@ -312,11 +316,12 @@ future<std::optional<fetched_value>> rdma_transport::read_location(std::string k
     record::view v;
     // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
     // by more than the one-way delay): an item past its exptime is not served from a READ.
-    auto since = std::chrono::steady_clock::now() - _server_now_at;
-    uint32_t server_now =
-        _server_now + uint32_t(std::chrono::duration_cast<std::chrono::seconds>(since).count());
+    auto server_now = [this] {
+        auto since = std::chrono::steady_clock::now() - _server_now_at;
+        return _server_now + uint32_t(std::chrono::duration_cast<std::chrono::seconds>(since).count());
+    };
     if (record::validate(b.data(), loc.len, key, &v) != record::check::ok ||
-        (v.exptime != 0 && v.exptime <= server_now)) {
+        (v.exptime != 0 && v.exptime <= server_now())) {
         ++_stats.invalid_reads;
         *valid = false;
         co_return std::nullopt;

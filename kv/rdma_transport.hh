@@ -97,7 +97,12 @@ private:
     };
     struct shard_conn;
 
-    future<> connect_all();
+    /// Ready at once when every shard connection is up (no coroutine frame on the GET path), else
+    /// `connect_now`.
+    future<> connect_all() { return connected() ? make_ready_future<>() : connect_now(); }
+    /// Whether the whole set of shard connections is up and none is broken.
+    bool connected() const noexcept;
+    future<> connect_now();
     /// Connects the whole set (first use: hello, then every shard) or the broken shards.
     future<> reconnect();
     /// Breaks every shard connection with a request past its deadline (the watchdog).
@@ -119,7 +124,8 @@ private:
     struct get_timing {
         std::chrono::steady_clock::time_point start, posted, completed;
     };
-    future<std::optional<fetched_value>> read_location(std::string key, location loc, bool* valid,
+    /// READs `loc` and validates it as `key`'s record (`key` outlives the call: the caller's).
+    future<std::optional<fetched_value>> read_location(std::string_view key, location loc, bool* valid,
                                                        get_timing* timing = nullptr);
     void remember(const std::string& key, const wire::response& h, unsigned shard);
     void fail_all(shard_conn* s, std::exception_ptr ex) noexcept;
