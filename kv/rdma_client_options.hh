@@ -10,8 +10,10 @@ namespace shoal::kv {
 /// Settings of the native RDMA protocol in `kv::client` (`client_config::rdma`).
 struct rdma_client_options {
     /// Values up to this many bytes travel inline in the store request (one round trip);
-    /// larger ones are granted a slice, written with RDMA WRITE and committed.
-    size_t inline_put_max = 4096;
+    /// larger ones (and any that do not fit one message) are granted a slice, written with RDMA
+    /// WRITE and committed. 32 KB: inline was faster at every size measured up to it
+    /// (bench/kv_inline_sweep.sh, docs/performance.md).
+    size_t inline_put_max = 32768;
     /// GET replies carry values up to this many bytes inline (larger ones: a location the client
     /// READs); unset: the server's `rdma_server_config::inline_get_max`. Either way a value
     /// inline must fit one message.
