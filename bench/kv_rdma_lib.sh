@@ -9,8 +9,8 @@ seconds=${KV_BENCH_SECONDS:-3}
 poll=${KV_BENCH_POLL---poll-mode} # KV_BENCH_POLL= : shards sleep when idle
 server=
 
-start_kv_server() { # shoal-kv, 1 shard on CPU 1, TCP on 11211 and RDMA on 11400
-    stdbuf -oL "$build/apps/kv/shoal-kv" -l "$ip" -p 11211 --rdma-port 11400 -m 64 --smp 1 --cpuset 1 $poll \
+start_kv_server() { # start_kv_server [BINARY]: shoal-kv, 1 shard on CPU 1, TCP on 11211, RDMA on 11400
+    stdbuf -oL "${1:-$build/apps/kv/shoal-kv}" -l "$ip" -p 11211 --rdma-port 11400 -m 64 --smp 1 --cpuset 1 $poll \
         >"$out/server.txt" 2>&1 &
     server=$!
     for _ in $(seq 100); do
@@ -27,11 +27,12 @@ stop_kv_server() {
 }
 
 bench_with() { # bench_with BINARY NAME ARGS...: one latency cell; prints its table rows
-    bin=$1
-    name=$2
+    # (sh has no locals: these names are this function's alone)
+    bw_bin=$1
+    bw_name=$2
     shift 2
-    echo "-- $name"
-    "$bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
+    echo "-- $bw_name"
+    "$bw_bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
         --duration "$seconds" --warmup 0.5 "$@" 2>&1 | grep -E '^\| server|rdma\)|error' | tee "$out/cell.txt"
 }
 

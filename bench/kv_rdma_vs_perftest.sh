@@ -9,10 +9,12 @@
 # as shoal-kv-bench does. Cells: GET by a cached location (one READ, no server CPU) vs
 # ib_read_lat of the same size as the record READ; GET by a control round trip (value inline);
 # GET of 4 KB by a control round trip + READ; PUT 32 B (inline) and 64 KB (grant + WRITE + commit).
-# KV_BENCH_OLD=PATH (another shoal-kv-bench, e.g. a build of main): before/after instead — per
-# round (KV_BENCH_ROUNDS, 3), ib_read_lat 128 B and 4 KB, then the cached GET cells with the old
-# and this build's bench alternating (which goes first alternates by round); the ratios to
-# ib_read_lat of the same round. KV_BENCH_TIME=1 adds --time-gets to this build's cached cells.
+# KV_BENCH_OLD=PATH (another build's shoal-kv-bench, its shoal-kv next to it): before/after
+# instead — per round (KV_BENCH_ROUNDS, 3), ib_read_lat 128 B and 4 KB, then the cached GET cells
+# of the old and of this build, each against its own build's server, alternating (which goes
+# first alternates by round); the ratios to ib_read_lat of the same round. KV_BENCH_TIME=1:
+# this build's cached cells with --time-gets (after the rounds when comparing, and
+# KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too).
 set -u
 build=${1:?usage: kv_rdma_vs_perftest.sh BUILD_DIR}
 out=$(mktemp -d)
@@ -24,9 +26,21 @@ timing=
 [ "${KV_BENCH_TIME:-}" = 1 ] && timing=--time-gets
 
 if [ -n "${KV_BENCH_OLD:-}" ]; then
-    start_kv_server
+    old_dir=$(dirname "$KV_BENCH_OLD")
     echo "round | ib_read_lat 128 B | old 32 B | new 32 B | ib_read_lat 4 KB | old 4 KB | new 4 KB |" \
         "old/ib 32 B | new/ib 32 B | old/ib 4 KB | new/ib 4 KB" >"$out/rounds.txt"
+    cached_cells() { # cached_cells WHICH BENCH SERVER [ARGS]: the two cached GET cells of one build
+        cc_which=$1 cc_bench=$2
+        start_kv_server "$3"
+        shift 3
+        bench_with "$cc_bench" "$cc_which: rdma GET 32 B, cached location" --transport rdma --port 11400 \
+            --value-size 32 --get-ratio 1 "$@"
+        eval "${cc_which}_small=$(p50)"
+        bench_with "$cc_bench" "$cc_which: rdma GET 4 KB, cached location" --transport rdma --port 11400 \
+            --value-size 4096 --get-ratio 1 "$@"
+        eval "${cc_which}_large=$(p50)"
+        stop_kv_server
+    }
     for round in $(seq "${KV_BENCH_ROUNDS:-3}"); do
         echo "== round $round"
         ib128=$(read_lat 128 | awk '{print $5}')
@@ -35,20 +49,25 @@ if [ -n "${KV_BENCH_OLD:-}" ]; then
         order="old new"
         [ $((round % 2)) = 0 ] && order="new old"
         for which in $order; do
-            if [ "$which" = old ]; then bin=$KV_BENCH_OLD extra=; else bin=$build/apps/kv/shoal-kv-bench extra=$timing; fi
-            bench_with "$bin" "$which: rdma GET 32 B, cached location" --transport rdma --port 11400 \
-                --value-size 32 --get-ratio 1 $extra
-            eval "${which}_small=$(p50)"
-            bench_with "$bin" "$which: rdma GET 4 KB, cached location" --transport rdma --port 11400 \
-                --value-size 4096 --get-ratio 1 $extra
-            eval "${which}_large=$(p50)"
+            # Each bench against its own build's server (the record format may differ).
+            if [ "$which" = old ]; then
+                cached_cells old "$KV_BENCH_OLD" "$old_dir/shoal-kv"
+            else
+                cached_cells new "$build/apps/kv/shoal-kv-bench" "$build/apps/kv/shoal-kv"
+            fi
         done
         # shellcheck disable=SC2154 # set by the eval above
         echo "$round | $ib128 | $old_small | $new_small | $ib4k | $old_large | $new_large |" \
             "$(ratio "$old_small" "$ib128") | $(ratio "$new_small" "$ib128") |" \
             "$(ratio "$old_large" "$ib4k") | $(ratio "$new_large" "$ib4k")" >>"$out/rounds.txt"
     done
-    stop_kv_server
+    if [ -n "$timing" ]; then
+        echo "== this build's cached GETs timed (--time-gets), after the rounds"
+        cached_cells timed "$build/apps/kv/shoal-kv-bench" "$build/apps/kv/shoal-kv" --time-gets
+        if [ -n "${KV_BENCH_TIMED_OLD:-}" ]; then # another build that has --time-gets
+            cached_cells timed_old "$KV_BENCH_TIMED_OLD" "$(dirname "$KV_BENCH_TIMED_OLD")/shoal-kv" --time-gets
+        fi
+    fi
     echo
     echo "== cached GET P50 (µs) / ib_read_lat t_typical, per round (32 B value = 120 B record vs 128 B)"
     cat "$out/rounds.txt"
