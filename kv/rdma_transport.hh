@@ -124,9 +124,9 @@ private:
     struct get_timing {
         std::chrono::steady_clock::time_point start, posted, completed;
     };
-    /// READs `loc` and validates it as `key`'s record (`key` outlives the call: the caller's).
-    future<std::optional<fetched_value>> read_location(std::string_view key, location loc, bool* valid,
-                                                       get_timing* timing = nullptr);
+    /// The value of `key` in a record READ into `buf` (`len` bytes), or nullopt when it does not
+    /// validate or has expired (counted in `invalid_reads`).
+    std::optional<fetched_value> decode(const char* buf, uint32_t len, std::string_view key);
     void remember(const std::string& key, const wire::response& h, unsigned shard);
     void fail_all(shard_conn* s, std::exception_ptr ex) noexcept;
     unsigned shard_of_key(std::string_view key) const noexcept;
