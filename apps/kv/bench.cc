@@ -219,7 +219,8 @@ future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, u
         bool get = coin(rng) < o.get_ratio;
         uint64_t found = 0;
         bool error = false;
-        const kv::rdma_client_stats before = t.stats();
+        const std::optional<kv::rdma_client_stats> before =
+            o.time_gets ? std::optional(t.stats()) : std::nullopt; // no copy per op unless asked
         auto t0 = clock_type::now();
         try {
             if (get && o.multiget == 1) {
@@ -242,15 +243,16 @@ future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, u
         auto t1 = clock_type::now();
         if (t0 >= start && t1 <= end) {
             part.record(get, found, error, o.multiget, t1 - t0);
-            if (const auto& now = t.stats(); now.timed_gets == before.timed_gets + 1 && o.pipeline == 1) {
+            if (const auto& now = t.stats();
+                before && now.timed_gets == before->timed_gets + 1 && o.pipeline == 1) {
                 // This GET was served by a cached location and timed (one request at a time: the
                 // counters moved for it alone).
-                uint64_t read = now.timed_read_ns - before.timed_read_ns;
+                uint64_t read = now.timed_read_ns - before->timed_read_ns;
                 uint64_t total =
                     uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
                 ++part.split.gets;
-                part.split.before_ns += now.timed_before_ns - before.timed_before_ns;
-                part.split.after_ns += now.timed_after_ns - before.timed_after_ns;
+                part.split.before_ns += now.timed_before_ns - before->timed_before_ns;
+                part.split.after_ns += now.timed_after_ns - before->timed_after_ns;
                 part.split.read_ns.record(read);
                 part.split.software_ns.record(total > read ? total - read : 0);
             }

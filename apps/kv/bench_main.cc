@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     a.add_option("transport", "tcp (memcached text protocol) or rdma (shoal-kv's --rdma-port)", "tcp");
     a.add_flag("no-location-cache", "rdma: every GET asks the server (no direct READ of a cached location)");
     a.add_option("inline-put-max",
-                 "rdma: PUT values up to N bytes inline, larger ones granted (default 32768)", "");
+                 "rdma: PUT values up to N bytes inline, larger ones granted (default 65536)", "");
     a.add_option("inline-get-max",
                  "rdma: GET replies carry values up to N bytes inline (default: the server's)", "");
     a.add_flag("time-gets", "rdma: split the latency of GETs by a cached location (READ vs the rest)");

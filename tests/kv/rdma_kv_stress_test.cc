@@ -92,7 +92,7 @@ std::optional<value_id> check_value(std::string_view key, std::string_view v) {
     return id;
 }
 
-/// The clients' inline PUT limit here (not the default, 32 KB): the size mix below was sized
+/// The clients' inline PUT limit here (not the default, 64 KB): the size mix below was sized
 /// for the slow guest with it.
 constexpr size_t inline_put_max = 4096;
 

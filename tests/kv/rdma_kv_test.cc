@@ -251,7 +251,9 @@ TEST(kv_rdma, many_large_puts_in_flight_are_granted_written_and_committed) {
         co_await with_kv(
             [](rdma_kv& kvs) -> future<> {
                 kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
-                auto* t = &kvs.transport();
+                kv::rdma_client_options every_put_granted;
+                every_put_granted.inline_put_max = 0; // 5 KB-212 KB: some would fit inline
+                auto* t = &kvs.transport(every_put_granted);
                 std::vector<future<kv::store_outcome>> puts;
                 std::vector<std::string> vals;
                 for (unsigned i = 0; i < 24; ++i) {
