@@ -26,7 +26,7 @@ cell() { # cell ROUND SIZE NAME ARGS...: one cell, its P50 appended to results.t
     echo "$cell_size $cell_name $(p50)" >>"$out/results.txt"
 }
 
-# Not counted: the first cells after the guest boots ran 10-40x slower than the same cells later.
+# Not counted: the first cells after the guest boots ran 4-40x slower than the same cells later.
 bench "warm-up" --transport rdma --port 11400 --value-size 4096 --get-ratio 0.5 --no-location-cache >/dev/null
 
 for round in $(seq "${KV_SWEEP_ROUNDS:-3}"); do
