@@ -9,73 +9,100 @@
 # as shoal-kv-bench does. Cells: GET by a cached location (one READ, no server CPU) vs
 # ib_read_lat of the same size as the record READ; GET by a control round trip (value inline);
 # GET of 4 KB by a control round trip + READ; PUT 32 B (inline) and 64 KB (grant + WRITE + commit).
+# KV_BENCH_OLD=PATH (another build's shoal-kv-bench, its shoal-kv next to it): before/after
+# instead — per round (KV_BENCH_ROUNDS, 3), ib_read_lat 128 B and 4 KB, then the cached GET cells
+# of the old and of this build, each against its own build's server, alternating (which goes
+# first alternates by round); the ratios to ib_read_lat of the same round. KV_BENCH_TIME=1:
+# this build's cached cells with --time-gets (after the rounds when comparing, and
+# KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too).
 set -u
 build=${1:?usage: kv_rdma_vs_perftest.sh BUILD_DIR}
-dev=${SHOAL_RDMA_DEVICE:-rxe0}
-ip=${SHOAL_RDMA_IP:-10.10.0.1}
-gid=${SHOAL_RDMA_GID_INDEX:-1}
-seconds=${KV_BENCH_SECONDS:-3}
-poll=${KV_BENCH_POLL---poll-mode} # KV_BENCH_POLL= : shards sleep when idle
 out=$(mktemp -d)
-trap 'kill "$server" 2>/dev/null; rm -rf "$out"' EXIT
+. "$(dirname "$0")/kv_rdma_lib.sh"
+trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$out"' EXIT
 echo "load: $(cat /proc/loadavg) (guest)"
+ratio() { echo "$1 $2" | awk '{printf "%.2f", $1 / $2}'; }
+timing=
+[ "${KV_BENCH_TIME:-}" = 1 ] && timing=--time-gets
+
+if [ -n "${KV_BENCH_OLD:-}" ]; then
+    old_dir=$(dirname "$KV_BENCH_OLD")
+    echo "round | ib_read_lat 128 B | old 32 B | new 32 B | ib_read_lat 4 KB | old 4 KB | new 4 KB |" \
+        "old/ib 32 B | new/ib 32 B | old/ib 4 KB | new/ib 4 KB" >"$out/rounds.txt"
+    cached_cells() { # cached_cells WHICH BENCH SERVER [ARGS]: the two cached GET cells of one build
+        cc_which=$1 cc_bench=$2
+        start_kv_server "$3"
+        shift 3
+        bench_with "$cc_bench" "$cc_which: rdma GET 32 B, cached location" --transport rdma --port 11400 \
+            --value-size 32 --get-ratio 1 "$@"
+        eval "${cc_which}_small=$(p50)"
+        bench_with "$cc_bench" "$cc_which: rdma GET 4 KB, cached location" --transport rdma --port 11400 \
+            --value-size 4096 --get-ratio 1 "$@"
+        eval "${cc_which}_large=$(p50)"
+        stop_kv_server
+    }
+    for round in $(seq "${KV_BENCH_ROUNDS:-3}"); do
+        echo "== round $round"
+        ib128=$(read_lat 128 | awk '{print $5}')
+        ib4k=$(read_lat 4096 | awk '{print $5}')
+        echo "ib_read_lat t_typical: 128 B $ib128, 4 KB $ib4k"
+        order="old new"
+        [ $((round % 2)) = 0 ] && order="new old"
+        for which in $order; do
+            # Each bench against its own build's server (the record format may differ).
+            if [ "$which" = old ]; then
+                cached_cells old "$KV_BENCH_OLD" "$old_dir/shoal-kv"
+            else
+                cached_cells new "$build/apps/kv/shoal-kv-bench" "$build/apps/kv/shoal-kv"
+            fi
+        done
+        # shellcheck disable=SC2154 # set by the eval above
+        echo "$round | $ib128 | $old_small | $new_small | $ib4k | $old_large | $new_large |" \
+            "$(ratio "$old_small" "$ib128") | $(ratio "$new_small" "$ib128") |" \
+            "$(ratio "$old_large" "$ib4k") | $(ratio "$new_large" "$ib4k")" >>"$out/rounds.txt"
+    done
+    if [ -n "$timing" ]; then
+        echo "== this build's cached GETs timed (--time-gets), after the rounds"
+        cached_cells timed "$build/apps/kv/shoal-kv-bench" "$build/apps/kv/shoal-kv" --time-gets
+        if [ -n "${KV_BENCH_TIMED_OLD:-}" ]; then # another build that has --time-gets
+            cached_cells timed_old "$KV_BENCH_TIMED_OLD" "$(dirname "$KV_BENCH_TIMED_OLD")/shoal-kv" --time-gets
+        fi
+    fi
+    echo
+    echo "== cached GET P50 (µs) / ib_read_lat t_typical, per round (32 B value = 120 B record vs 128 B)"
+    cat "$out/rounds.txt"
+    echo "load: $(cat /proc/loadavg) (guest)"
+    exit 0
+fi
 
 echo "== ib_read_lat (server and client in this guest)"
 echo "#bytes #iter t_min t_max t_typical t_avg t_stdev p99 p99.9 (usec, whole READ round trip)"
 for size in 128 4096; do
-    # Both ends bounded in time; the client retries while the server is not listening yet (a
-    # loaded guest can take seconds to start it).
-    timeout 150 ib_read_lat -d "$dev" -x "$gid" -s "$size" -n 5000 >"$out/perf-server.txt" 2>&1 &
-    perf=$!
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        sleep 1
-        timeout 120 ib_read_lat -d "$dev" -x "$gid" -s "$size" -n 5000 "$ip" >"$out/perf-client.txt" 2>&1 && break
-    done
-    awk '/^ *#bytes/{getline; print}' "$out/perf-client.txt" | tee -a "$out/perftest.txt"
-    wait "$perf"
+    read_lat "$size" | tee -a "$out/perftest.txt"
 done
-
-stdbuf -oL "$build/apps/kv/shoal-kv" -l "$ip" -p 11211 --rdma-port 11400 -m 64 --smp 1 --cpuset 1 $poll \
-    >"$out/server.txt" 2>&1 &
-server=$!
-for _ in $(seq 100); do
-    grep -q "native RDMA protocol on" "$out/server.txt" 2>/dev/null && break
-    sleep 0.1
-done
-sleep 1
-
-bench() { # bench NAME ARGS...: one latency cell; prints its table rows
-    name=$1
-    shift
-    echo "-- $name"
-    "$build/apps/kv/shoal-kv-bench" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 \
-        --keys 100 --duration "$seconds" --warmup 0.5 "$@" 2>&1 | grep -E '^\| server|rdma\)|error' |
-        tee "$out/cell.txt"
-}
-p50() { awk -F'|' '$3 ~ /get|set/ {gsub(/ /, "", $6); print $6; exit}' "$out/cell.txt"; }
 typical() { awk -v s="$1" '$1 == s {print $5}' "$out/perftest.txt"; }
 
+start_kv_server
 echo
 echo "== shoal-kv-bench (latency, one request at a time)"
 echo "| target | op | count | QPS | P50 µs | P90 µs | P99 µs | P99.9 µs | hit % | server CPU µs/op |"
-bench "rdma GET 32 B, cached location" --transport rdma --port 11400 --value-size 32 --get-ratio 1
+bench "rdma GET 32 B, cached location" --transport rdma --port 11400 --value-size 32 --get-ratio 1 $timing
 small=$(p50)
-bench "rdma GET 4 KB, cached location" --transport rdma --port 11400 --value-size 4096 --get-ratio 1
+bench "rdma GET 4 KB, cached location" --transport rdma --port 11400 --value-size 4096 --get-ratio 1 $timing
 large=$(p50)
 bench "rdma GET 32 B, control round trip (inline)" --transport rdma --port 11400 --value-size 32 --get-ratio 1 \
     --no-location-cache
 bench "rdma GET 4 KB, control round trip + READ" --transport rdma --port 11400 --value-size 4096 --get-ratio 1 \
-    --no-location-cache
+    --no-location-cache --inline-get-max 0
 bench "rdma PUT 32 B (inline)" --transport rdma --port 11400 --value-size 32 --get-ratio 0
 bench "rdma PUT 64 KB (grant + WRITE + commit)" --transport rdma --port 11400 --value-size 65536 --get-ratio 0
 bench "tcp GET 32 B" --port 11211 --value-size 32 --get-ratio 1
 bench "tcp GET 4 KB" --port 11211 --value-size 4096 --get-ratio 1
 bench "tcp PUT 32 B" --port 11211 --value-size 32 --get-ratio 0
 bench "tcp PUT 64 KB" --port 11211 --value-size 65536 --get-ratio 0
-kill -TERM "$server"
-wait "$server"
+stop_kv_server
 echo
 echo "cached GET P50 / ib_read_lat t_typical: 32 B value (120 B record) vs 128 B: $small / $(typical 128) =" \
-    "$(echo "$small $(typical 128)" | awk '{printf "%.2f", $1 / $2}'); 4 KB value vs 4096 B: $large / $(typical 4096)" \
-    "= $(echo "$large $(typical 4096)" | awk '{printf "%.2f", $1 / $2}')"
+    "$(ratio "$small" "$(typical 128)"); 4 KB value vs 4096 B: $large / $(typical 4096)" \
+    "= $(ratio "$large" "$(typical 4096)")"
 echo "load: $(cat /proc/loadavg) (guest)"

@@ -245,7 +245,8 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         }
         locate(r, it);
         r.flags = it->client_flags;
-        bool small = it->value_len <= _cfg.inline_get_max || (q.options & wire::want_inline);
+        size_t limit = (q.options & wire::client_inline_limit) ? q.value_len : _cfg.inline_get_max;
+        bool small = it->value_len <= limit || (q.options & wire::want_inline);
         if (small && sizeof(wire::response) + it->value_len <= c.msgs.max_message_size()) {
             ++_stats.inline_gets;
             r.is_inline = 1;

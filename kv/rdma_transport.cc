@@ -62,12 +62,16 @@ future<std::shared_ptr<rdma_transport::shard_conn>> rdma_transport::connect_shar
     co_return s;
 }
 
-future<> rdma_transport::connect_all() {
+bool rdma_transport::connected() const noexcept {
     bool healthy = !_shards.empty() && _shards.size() == _shard_count;
     for (auto& s : _shards) {
         healthy = healthy && !s->broken;
     }
-    if (healthy) {
+    return healthy;
+}
+
+future<> rdma_transport::connect_now() {
+    if (connected()) {
         co_return;
     }
     if (_connecting) {
@@ -289,76 +293,107 @@ void rdma_transport::remember(const std::string& key, const wire::response& h, u
     _cache[key] = location{h.addr, h.rkey, h.len, shard};
 }
 
-future<std::optional<fetched_value>> rdma_transport::read_location(std::string key, location loc,
-                                                                   bool* valid) {
-    std::shared_ptr<shard_conn> s = _shards[loc.shard];
-    rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
-    ++_stats.reads;
-    std::optional<client_error> failed;
-    try {
-        co_await s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
-    } catch (const std::exception& e) {
-        failed.emplace(broken_by(*s, e));
-    }
-    if (failed) {
-        throw *failed;
-    }
+std::optional<fetched_value> rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
     record::view v;
     // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
     // by more than the one-way delay): an item past its exptime is not served from a READ.
-    auto since = std::chrono::steady_clock::now() - _server_now_at;
-    uint32_t server_now =
-        _server_now + uint32_t(std::chrono::duration_cast<std::chrono::seconds>(since).count());
-    if (record::validate(b.data(), loc.len, key, &v) != record::check::ok ||
-        (v.exptime != 0 && v.exptime <= server_now)) {
+    auto server_now = [this] {
+        auto since = std::chrono::steady_clock::now() - _server_now_at;
+        return _server_now + uint32_t(std::chrono::duration_cast<std::chrono::seconds>(since).count());
+    };
+    if (record::validate(buf, len, key, &v) != record::check::ok ||
+        (v.exptime != 0 && v.exptime <= server_now())) {
         ++_stats.invalid_reads;
-        *valid = false;
-        co_return std::nullopt;
+        return std::nullopt;
     }
-    *valid = true;
-    co_return fetched_value{std::string(v.value), v.flags, v.version};
+    return fetched_value{std::string(v.value), v.flags, v.version};
 }
 
 future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
     if (_closed) {
         fail(client_errc::bad_request, "client closed");
     }
+    std::optional<get_timing> timing;
+    if (_opts.time_cached_gets) {
+        timing.emplace().start = std::chrono::steady_clock::now();
+    }
     co_await connect_all();
-    bool valid = false;
+    const unsigned shard = shard_of_key(key);
+    location loc;
+    bool from_cache = false; // this READ is of a cached location (no control round trip)
     if (auto it = _cache.find(key); it != _cache.end()) {
-        auto v = co_await read_location(key, it->second, &valid);
-        if (valid) {
+        loc = it->second;
+        from_cache = true;
+    }
+    for (unsigned round = 0;;) {
+        if (!from_cache) {
+            if (round > _opts.read_retries) {
+                fail(client_errc::server, "the value of '" + key + "' changed under every READ");
+            }
+            wire::request q;
+            q.code = wire::op::get;
+            q.options = round++ > 0 ? wire::want_inline : 0; // a READ raced a change: through the server
+            if (_opts.inline_get_max) {
+                q.options |= wire::client_inline_limit;
+                q.value_len = *_opts.inline_get_max;
+            }
+            ++_stats.control_gets;
+            reply r = co_await call(shard, q, key, {});
+            if (r.h.code == wire::status::not_found) {
+                co_return std::nullopt;
+            }
+            if (r.h.code != wire::status::ok) {
+                fail(client_errc::server, "GET answered status " + std::to_string(unsigned(r.h.code)));
+            }
+            remember(key, r.h, shard);
+            if (r.h.is_inline) {
+                ++_stats.inline_values;
+                co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
+            }
+            loc = location{r.h.addr, r.h.rkey, r.h.len, shard};
+        }
+        // The READ, in this coroutine (not one of its own): its completion resumes the GET
+        // directly, one task hand-off less per GET.
+        std::shared_ptr<shard_conn> s = _shards[loc.shard];
+        rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
+        ++_stats.reads;
+        if (timing) {
+            timing->posted = std::chrono::steady_clock::now();
+        }
+        std::optional<client_error> failed;
+        try {
+            co_await s->c.read(rdma::span_of(b, 0, loc.len),
+                               rdma::remote_region{loc.addr, loc.rkey, loc.len});
+        } catch (const std::exception& e) {
+            failed.emplace(broken_by(*s, e));
+        }
+        if (failed) {
+            throw *failed;
+        }
+        if (timing) {
+            timing->completed = std::chrono::steady_clock::now();
+        }
+        std::optional<fetched_value> v = decode(b.data(), loc.len, key);
+        if (v && from_cache) {
             ++_stats.direct_reads;
+            if (timing) {
+                auto ns = [](auto d) { return uint64_t(std::chrono::nanoseconds(d).count()); };
+                ++_stats.timed_gets;
+                _stats.timed_before_ns += ns(timing->posted - timing->start);
+                _stats.timed_read_ns += ns(timing->completed - timing->posted);
+                _stats.timed_after_ns += ns(std::chrono::steady_clock::now() - timing->completed);
+            }
+        }
+        if (v) {
             co_return v;
         }
-        ++_stats.cache_misses;
+        if (from_cache) {
+            ++_stats.cache_misses;
+        }
+        from_cache = false;
+        timing.reset(); // only GETs served by their cached location are timed
         _cache.erase(key);
     }
-    unsigned shard = shard_of_key(key);
-    for (unsigned round = 0; round <= _opts.read_retries; ++round) {
-        wire::request q;
-        q.code = wire::op::get;
-        q.options = round > 0 ? wire::want_inline : 0; // a READ raced a change: through the server
-        ++_stats.control_gets;
-        reply r = co_await call(shard, q, key, {});
-        if (r.h.code == wire::status::not_found) {
-            co_return std::nullopt;
-        }
-        if (r.h.code != wire::status::ok) {
-            fail(client_errc::server, "GET answered status " + std::to_string(unsigned(r.h.code)));
-        }
-        remember(key, r.h, shard);
-        if (r.h.is_inline) {
-            ++_stats.inline_values;
-            co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
-        }
-        auto v = co_await read_location(key, location{r.h.addr, r.h.rkey, r.h.len, shard}, &valid);
-        if (valid) {
-            co_return v;
-        }
-        _cache.erase(key);
-    }
-    fail(client_errc::server, "the value of '" + key + "' changed under every READ");
 }
 
 future<std::vector<std::optional<fetched_value>>> rdma_transport::get(std::vector<std::string> keys) {

@@ -48,17 +48,21 @@ enum class status : uint8_t {
 /// `request::options` of a GET: answer with the value inline whenever it fits a message (a
 /// client whose READ raced a change retries this way).
 constexpr uint8_t want_inline = 1;
+/// `request::options` of a GET: `value_len` is the largest value the client wants inline (in place
+/// of the server's `inline_get_max`; 0: a location only). A server that predates it ignores it.
+constexpr uint8_t client_inline_limit = 2;
 
 /// A request: this header, then the key, then (store) the value.
 struct request {
     uint8_t ver = wire::version;
     op code = op::get;
     mode how = mode::set;
-    uint8_t options = 0; ///< get: `want_inline`
+    uint8_t options = 0; ///< get: `want_inline`, `client_inline_limit`
     uint16_t key_len = 0;
     uint16_t reserved2 = 0;
     uint32_t id = 0;        ///< the client's request number, echoed in the response(s)
-    uint32_t value_len = 0; ///< store: inline value bytes; grant: the value's length
+    uint32_t value_len = 0; ///< store: inline value bytes; grant: the value's length; get: the
+                            ///< inline limit (with `client_inline_limit`)
     uint32_t flags = 0;     ///< store/grant: the client's flags
     uint32_t reserved3 = 0;
     int64_t exptime = 0; ///< store/grant: memcached's exptime

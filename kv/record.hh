@@ -17,7 +17,7 @@ namespace shoal::kv::record {
 
 /// The record format a server's location points at (the header layout is `kv::item`'s, on a
 /// little-endian 64-bit host).
-constexpr uint32_t format_version = 1;
+constexpr uint32_t format_version = 2;
 /// Bytes of the trailer: the version (the item's CAS unique; 0 once unlinked) and a checksum.
 constexpr size_t trailer_bytes = 16;
 
@@ -30,14 +30,36 @@ constexpr size_t bytes(size_t key_len, size_t value_len) noexcept {
     return trailer_offset(key_len, value_len) + trailer_bytes;
 }
 
-/// 64-bit checksum of a record's version, flags, exptime, key and value (multiply-fold, eight
-/// bytes per step, as `hash_key`).
+/// Folds `n` bytes at `p` into `h` as `hash_detail::fold` does (a 64x64→128 multiply per eight
+/// bytes), but on four independent chains, 32 bytes per step, so that the multiplies overlap
+/// (format 2; format 1 used the one chain of `fold`: ~1.6 µs for 4 KB, ~4× this).
+inline uint64_t fold4(uint64_t h, const char* p, size_t n) noexcept {
+    using namespace hash_detail;
+    if (n >= 32) {
+        uint64_t a = h, b = h ^ m, c = h + m, d = ~h;
+        for (; n >= 32; p += 32, n -= 32) {
+            uint64_t w[4];
+            std::memcpy(w, p, sizeof(w));
+            a = mix(a ^ w[0], m);
+            b = mix(b ^ w[1], m);
+            c = mix(c ^ w[2], m);
+            d = mix(d ^ w[3], m);
+        }
+        h = mix(mix(a, b), mix(c, d));
+    }
+    return fold(h, p, n);
+}
+
+/// 64-bit checksum of a record's version, flags, exptime, key and value (multiply-fold, as
+/// `hash_key`; the value on four chains, `fold4`). A torn READ mixes the bytes of two versions
+/// of a chunk: every word that differs goes through a full multiply of its chain, so the mix
+/// matches the trailer's checksum with a chance of about 2^-64, as with one chain.
 inline uint64_t checksum(uint64_t version, uint32_t flags, uint32_t exptime, std::string_view key,
                          std::string_view value) noexcept {
     using namespace hash_detail;
     uint64_t h = mix(version, m ^ (uint64_t(flags) << 32 | exptime));
     h = fold(mix(h ^ key.size(), m), key.data(), key.size());
-    h = fold(mix(h ^ value.size(), m), value.data(), value.size());
+    h = fold4(mix(h ^ value.size(), m), value.data(), value.size());
     return h ? h : 1;
 }
 

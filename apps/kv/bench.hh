@@ -5,6 +5,7 @@
 #include "net/socket_address.hh"
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,10 @@ enum class kv_transport {
 /// One load: the same for every target.
 struct kv_bench_options {
     kv_transport transport = kv_transport::tcp;
-    bool location_cache = true; ///< rdma: GETs of a known key READ its cached location
+    bool location_cache = true;             ///< rdma: GETs of a known key READ its cached location
+    std::optional<size_t> inline_put_max;   ///< rdma: the client's inline PUT limit (unset: default)
+    std::optional<uint32_t> inline_get_max; ///< rdma: the client's inline GET limit (unset: the server's)
+    bool time_gets = false; ///< rdma: split the latency of GETs by a cached location (`cached_get_split`)
     std::vector<kv_target> targets;
     unsigned keys = 10000; ///< key space: key:00000000 ... (uniform)
     size_t value_min = 32; ///< value sizes, uniform in [min, max] (fixed when equal)
@@ -41,12 +45,23 @@ struct kv_bench_options {
     unsigned repeat = 1; ///< runs per target, interleaved (A B A B)
 };
 
+/// Where the time of GETs by a cached location went (rdma, `--time-gets`; single-key GETs).
+struct cached_get_split {
+    uint64_t gets = 0;
+    uint64_t before_ns = 0;      ///< sums: `get_one` entered → READ issued
+    uint64_t after_ns = 0;       ///< READ resumed → value ready in `get_one`
+    echo::histogram read_ns;     ///< READ issued → its completion resumed the GET (network + rxe)
+    echo::histogram software_ns; ///< the rest of each GET's latency as the bench measured it
+};
+
 /// What one run against one target measured.
 struct kv_result {
     std::string target;
     double seconds = 0;
     uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
     uint64_t direct_reads = 0, control_gets = 0; ///< rdma: GETs by cached location / by request
+    uint64_t inline_puts = 0, granted_puts = 0;  ///< rdma: PUTs with the value inline / granted
+    cached_get_split split;                      ///< rdma with `time_gets`
     double server_cpu_seconds = -1;
     echo::histogram get_ns;
     echo::histogram set_ns;

@@ -4,7 +4,8 @@
 //                  [--get-ratio 0.9] [--multiget 1] [--connections 16] [--pipeline 1]
 //                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
 //                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
-//                  [--transport tcp|rdma] [--no-location-cache]
+//                  [--transport tcp|rdma] [--no-location-cache] [--inline-put-max N]
+//                  [--inline-get-max N] [--time-gets]
 // With --transport rdma the port is shoal-kv's --rdma-port and the host its RDMA address.
 
 #include "apps/common/metrics.hh"
@@ -15,6 +16,7 @@
 #include "core/log.hh"
 #include "net/rdma/rdma.hh"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -49,6 +51,13 @@ kv_bench_options options_from(const app& a) {
         throw std::invalid_argument("--transport '" + a.get("transport") + "': tcp or rdma");
     }
     o.location_cache = !a.has("no-location-cache");
+    if (!a.get("inline-put-max").empty()) {
+        o.inline_put_max = size_t(a.get_size("inline-put-max"));
+    }
+    if (!a.get("inline-get-max").empty()) {
+        o.inline_get_max = uint32_t(std::min<uint64_t>(a.get_size("inline-get-max"), UINT32_MAX));
+    }
+    o.time_gets = a.has("time-gets");
     o.keys = unsigned(a.get_size("keys"));
     std::string vs = a.get("value-size");
     if (auto dash = vs.find('-'); dash != std::string::npos) {
@@ -144,6 +153,11 @@ int main(int argc, char** argv) {
     a.add_flag("no-preload", "do not set every key before measuring");
     a.add_option("transport", "tcp (memcached text protocol) or rdma (shoal-kv's --rdma-port)", "tcp");
     a.add_flag("no-location-cache", "rdma: every GET asks the server (no direct READ of a cached location)");
+    a.add_option("inline-put-max",
+                 "rdma: PUT values up to N bytes inline, larger ones granted (default 65536)", "");
+    a.add_option("inline-get-max",
+                 "rdma: GET replies carry values up to N bytes inline (default: the server's)", "");
+    a.add_flag("time-gets", "rdma: split the latency of GETs by a cached location (READ vs the rest)");
     apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;

@@ -178,6 +178,72 @@ TEST(kv_rdma, a_cached_location_is_read_without_the_server_and_never_goes_stale)
     EXPECT_EQ(rc, 0);
 }
 
+TEST(kv_rdma, the_client_sets_both_inline_limits_and_may_time_its_cached_gets) {
+    int rc = run_rdma(2, []() -> future<> {
+        kv::rdma_server_config server_1k; // a server limit the values below straddle
+        server_1k.inline_get_max = 1024;
+        co_await with_kv(
+            [](rdma_kv& kvs) -> future<> {
+                kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
+                const std::string small = "v500", mid = "v2000", big = "v70000";
+                RDMA_CHECK(co_await tcp.set(small, value_of(small, 1, 500), 0, 0) ==
+                           kv::store_outcome::stored);
+                RDMA_CHECK(co_await tcp.set(mid, value_of(mid, 1, 2000), 0, 0) == kv::store_outcome::stored);
+                RDMA_CHECK(co_await tcp.set(big, value_of(big, 1, 70000), 0, 0) == kv::store_outcome::stored);
+                // GET: how many of three control GETs came back inline and how many needed a READ.
+                using counts = std::pair<uint64_t, uint64_t>;
+                auto gets = [&](std::optional<uint32_t> limit) -> future<counts> {
+                    kv::rdma_client_options o;
+                    o.location_cache = 0;
+                    o.inline_get_max = limit;
+                    auto& t = kvs.transport(o);
+                    RDMA_CHECK(co_await fetch(t, small) == value_of(small, 1, 500));
+                    RDMA_CHECK(co_await fetch(t, mid) == value_of(mid, 1, 2000));
+                    RDMA_CHECK(co_await fetch(t, big) == value_of(big, 1, 70000));
+                    EXPECT_EQ(t.stats().control_gets, 3u);
+                    co_return counts{t.stats().inline_values, t.stats().reads};
+                };
+                EXPECT_EQ(co_await gets(std::nullopt), counts(1, 2)) << "the server's 1 KB";
+                EXPECT_EQ(co_await gets(0), counts(0, 3)) << "a location only";
+                EXPECT_EQ(co_await gets(4096), counts(2, 1));
+                EXPECT_EQ(co_await gets(1 << 20), counts(2, 1))
+                    << "70 KB does not fit a message: a READ whatever the limit";
+                // PUT: the client's limit decides inline or granted; both store the value.
+                for (size_t limit : {size_t(0), size_t(8192)}) {
+                    kv::rdma_client_options o;
+                    o.inline_put_max = limit;
+                    auto& t = kvs.transport(o);
+                    const std::string k = "put" + std::to_string(limit);
+                    RDMA_CHECK(co_await t.store(kv::internal::store_op::set, k, value_of(k, 1, 8000), 0, 0,
+                                                0) == kv::store_outcome::stored);
+                    RDMA_CHECK(co_await t.store(kv::internal::store_op::set, k, value_of(k, 2, 100), 0, 0,
+                                                0) == kv::store_outcome::stored);
+                    EXPECT_EQ(t.stats().inline_puts, limit ? 2u : 0u);
+                    EXPECT_EQ(t.stats().granted_puts, limit ? 0u : 2u);
+                    RDMA_CHECK((co_await tcp.get(k))->data == value_of(k, 2, 100));
+                }
+                // Timing: only GETs served by a cached location are timed, each in its parts.
+                kv::rdma_client_options o;
+                o.time_cached_gets = true;
+                auto& t = kvs.transport(o);
+                for (int i = 0; i < 4; ++i) {
+                    RDMA_CHECK(co_await fetch(t, mid) == value_of(mid, 1, 2000));
+                }
+                EXPECT_EQ(t.stats().direct_reads, 3u);
+                EXPECT_EQ(t.stats().timed_gets, 3u);
+                EXPECT_GT(t.stats().timed_read_ns, 0u);
+                EXPECT_GT(t.stats().timed_after_ns, 0u);
+                auto& untimed = kvs.transport();
+                RDMA_CHECK(co_await fetch(untimed, mid) == value_of(mid, 1, 2000));
+                RDMA_CHECK(co_await fetch(untimed, mid) == value_of(mid, 1, 2000));
+                EXPECT_EQ(untimed.stats().direct_reads, 1u);
+                EXPECT_EQ(untimed.stats().timed_gets, 0u);
+            },
+            server_1k);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
 TEST(kv_rdma, many_large_puts_in_flight_are_granted_written_and_committed) {
     int rc = run_rdma(2, []() -> future<> {
         kv::rdma_server_config rc;
@@ -185,7 +251,9 @@ TEST(kv_rdma, many_large_puts_in_flight_are_granted_written_and_committed) {
         co_await with_kv(
             [](rdma_kv& kvs) -> future<> {
                 kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
-                auto* t = &kvs.transport();
+                kv::rdma_client_options every_put_granted;
+                every_put_granted.inline_put_max = 0; // 5 KB-212 KB: some would fit inline
+                auto* t = &kvs.transport(every_put_granted);
                 std::vector<future<kv::store_outcome>> puts;
                 std::vector<std::string> vals;
                 for (unsigned i = 0; i < 24; ++i) {

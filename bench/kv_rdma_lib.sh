@@ -1,0 +1,58 @@
+# kv_rdma_lib.sh - sourced by the KV-over-RDMA benchmark scripts (bench/kv_rdma_vs_perftest.sh,
+# bench/kv_inline_sweep.sh), which run in one Soft-RoCE guest: shoal-kv with its RDMA front end on
+# CPU 1, shoal-kv-bench latency cells (one connection, one request at a time) on CPU 0. Expects
+# $build, $out (a scratch directory); reads SHOAL_RDMA_* and KV_BENCH_* from the environment.
+dev=${SHOAL_RDMA_DEVICE:-rxe0}
+ip=${SHOAL_RDMA_IP:-10.10.0.1}
+gid=${SHOAL_RDMA_GID_INDEX:-1}
+seconds=${KV_BENCH_SECONDS:-3}
+poll=${KV_BENCH_POLL---poll-mode} # KV_BENCH_POLL= : shards sleep when idle
+server=
+
+start_kv_server() { # start_kv_server [BINARY]: shoal-kv, 1 shard on CPU 1, TCP on 11211, RDMA on 11400
+    stdbuf -oL "${1:-$build/apps/kv/shoal-kv}" -l "$ip" -p 11211 --rdma-port 11400 -m 64 --smp 1 --cpuset 1 $poll \
+        >"$out/server.txt" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do
+        grep -q "native RDMA protocol on" "$out/server.txt" 2>/dev/null && break
+        sleep 0.1
+    done
+    sleep 1
+}
+
+stop_kv_server() {
+    kill -TERM "$server"
+    wait "$server"
+    server=
+}
+
+bench_with() { # bench_with BINARY NAME ARGS...: one latency cell; prints its table rows
+    # (sh has no locals: these names are this function's alone)
+    bw_bin=$1
+    bw_name=$2
+    shift 2
+    echo "-- $bw_name"
+    "$bw_bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
+        --duration "$seconds" --warmup 0.5 "$@" 2>&1 | grep -E '^\| server|rdma\)|error' | tee "$out/cell.txt"
+}
+
+bench() { # bench NAME ARGS...: a cell of this build's shoal-kv-bench
+    bench_with "$build/apps/kv/shoal-kv-bench" "$@"
+}
+
+p50() { # the P50 (µs) of the last cell's get or set row
+    awk -F'|' '$3 ~ /get|set/ {gsub(/ /, "", $6); print $6; exit}' "$out/cell.txt"
+}
+
+read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max t_typical ...)
+    # Both ends bounded in time; the client retries while the server is not listening yet (a
+    # loaded guest can take seconds to start it).
+    timeout 150 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 >"$out/perf-server.txt" 2>&1 &
+    perf=$!
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        sleep 1
+        timeout 120 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 "$ip" >"$out/perf-client.txt" 2>&1 && break
+    done
+    awk '/^ *#bytes/{getline; print}' "$out/perf-client.txt"
+    wait "$perf"
+}
