@@ -11,6 +11,11 @@
 //   one's doorbells, and then sends a *hello* (a zero-length WRITE_WITH_IMM on the wait tag
 //   carrying its encoded write index); `open` waits for it before it READs the header, so the
 //   indices and the record count it resumes at are final.
+// - Polling ring (the header's flags say so): a batch is its WRITE(s) and then an 8-byte WRITE
+//   of its end into the header's commit index, which the consumer polls; no immediate, except a
+//   doorbell the consumer asked for before sleeping (a wake request: zero-length WRITE_WITH_IMM
+//   on the doorbell tag, consumer to producer, carrying the encoded commit index it saw; see
+//   ring_consumer_state::try_arm). There a doorbell is only a wake-up: its value is not decoded.
 // - Back-pressure: the producer keeps a cached read index; when an entry does not fit it READs
 //   the consumer's read index, and if the ring is still full it sends a wait request (a
 //   zero-length WRITE_WITH_IMM on the wait tag carrying the encoded read index it needs). The
