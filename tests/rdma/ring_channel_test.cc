@@ -832,86 +832,94 @@ future<> send_small_records(rdma::ring_producer& p, uint32_t seed, uint32_t firs
 } // namespace
 
 TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_woken_after_it_slept) {
-    // Issue 13: a consumer that polls the commit index takes (almost) no receive completion
-    // while records keep coming, and one whose shard went to sleep is still woken by the next
-    // record (it asked the producer for a doorbell before sleeping).
-    int rc = run_rdma(2, []() -> future<> {
-        constexpr uint32_t total = 200000;
-        constexpr size_t capacity = 64 << 10; // ~500 records a lap: ~400 laps
-        const uint32_t seed = std::random_device{}();
-        const auto a = addr(next_port());
-        consumer_side cs(capacity, a, true);
-        static std::optional<rdma::ring_producer> prod; // on shard 1
-        static rdma::connection pconn;
-        auto accepted = cs.accept();
-        co_await submit_to(1, [a]() -> future<> {
-            pconn = co_await rdma::connect_rc(a);
-            prod.emplace(co_await rdma::ring_producer::open(pconn, *pconn.peer_region()));
-        });
-        co_await std::move(accepted);
+    // Issue 13: a consumer that polls the commit index takes no receive completion while it
+    // polls (only one per sleep, which it asked for), and one whose shard went to sleep is still
+    // woken by the next record. The shards poll 2 ms before they sleep (default 200 us): the
+    // emulated guest's producer often stalls longer than 200 us, and each stall would be a sleep.
+    reactor_config cfg;
+    cfg.idle_poll = std::chrono::milliseconds(2);
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            constexpr uint32_t total = 200000;
+            constexpr size_t capacity = 64 << 10; // ~500 records a lap: ~400 laps
+            const uint32_t seed = std::random_device{}();
+            const auto a = addr(next_port());
+            consumer_side cs(capacity, a, true);
+            static std::optional<rdma::ring_producer> prod; // on shard 1
+            static rdma::connection pconn;
+            auto accepted = cs.accept();
+            co_await submit_to(1, [a]() -> future<> {
+                pconn = co_await rdma::connect_rc(a);
+                prod.emplace(co_await rdma::ring_producer::open(pconn, *pconn.peer_region()));
+            });
+            co_await std::move(accepted);
 
-        // Streaming: the consumer always has a receive pending.
-        auto sent = submit_to(1, [seed] { return send_small_records(*prod, seed, 0, total, 64); });
-        std::string first_bad;
-        for (uint32_t seq = 0; seq < total; ++seq) {
-            std::span<const char> m = co_await cs.ring.receive();
-            std::string bad = check_small_record(m, seed, seq);
-            if (!bad.empty() && first_bad.empty()) {
-                first_bad = bad;
-            }
-        }
-        co_await std::move(sent);
-        EXPECT_EQ(first_bad, "") << "seed " << seed;
-        const rdma::ring_consumer_stats st = cs.ring.stats();
-        const rdma::ring_producer_stats pst = co_await submit_to(1, [] { return prod->stats(); });
-        std::printf("  seed %u: consumer %lu messages, %lu wraps, %lu polled batches, %lu doorbells, %lu "
-                    "wake requests, %lu pushes; producer %lu commits, %lu doorbells\n",
-                    seed, st.messages, st.wraps, st.polled, st.doorbells, st.wake_requests, st.pushes,
-                    pst.commits, pst.doorbells);
-        EXPECT_EQ(st.messages, total);
-        EXPECT_GT(st.wraps, 100u);
-        EXPECT_GT(st.polled, 0u);
-        EXPECT_LT(double(st.doorbells) / double(st.messages), 0.01) << "receive completions per record";
-
-        // Sleeping: a receive waits while the shard sleeps; each round's records, sent after
-        // the sleep, must arrive (they bring a doorbell the consumer asked for).
-        uint32_t next = total;
-        std::mt19937 rng(seed);
-        bool lost = false;
-        for (unsigned round = 0; round < 20 && !lost; ++round) {
-            future<std::span<const char>> waiting = cs.ring.receive();
-            EXPECT_FALSE(waiting.available());
-            const uint64_t sleeps = local_reactor().stats().sleeps;
-            co_await sleep(std::chrono::milliseconds(20 + rng() % 20));
-            EXPECT_GT(local_reactor().stats().sleeps, sleeps)
-                << "round " << round << ": the shard never slept";
-            const uint32_t n = 1 + rng() % 3;
-            co_await submit_to(1, [seed, next, n] { return send_small_records(*prod, seed, next, n, 64); });
-            for (uint32_t k = 0; k < n; ++k) {
-                auto f = k == 0 ? std::move(waiting) : cs.ring.receive();
-                std::span<const char> m;
-                try {
-                    m = co_await with_timeout(steady_clock_type::now() + 5s, std::move(f));
-                } catch (const timed_out_error&) {
-                    ADD_FAILURE() << "round " << round << ": record " << next << " not delivered in 5 s";
-                    lost = true;
-                    break;
+            // Streaming: the consumer always has a receive pending.
+            auto sent = submit_to(1, [seed] { return send_small_records(*prod, seed, 0, total, 64); });
+            std::string first_bad;
+            for (uint32_t seq = 0; seq < total; ++seq) {
+                std::span<const char> m = co_await cs.ring.receive();
+                std::string bad = check_small_record(m, seed, seq);
+                if (!bad.empty() && first_bad.empty()) {
+                    first_bad = bad;
                 }
-                EXPECT_EQ(check_small_record(m, seed, next), "") << "seed " << seed;
-                ++next;
             }
-        }
-        const rdma::ring_consumer_stats st2 = cs.ring.stats();
-        std::printf("  after 20 sleeps: %lu doorbells, %lu wake requests, %lu polled batches\n",
-                    st2.doorbells, st2.wake_requests, st2.polled);
-        EXPECT_GT(st2.wake_requests, st.wake_requests);
-        co_await submit_to(1, [] {
-            prod.reset();
-            pconn = rdma::connection();
-        });
-        cs.ring = rdma::ring_consumer();
-        cs.conn = rdma::connection();
-        EXPECT_TRUE(co_await all_connections_gone());
-    });
+            co_await std::move(sent);
+            EXPECT_EQ(first_bad, "") << "seed " << seed;
+            const rdma::ring_consumer_stats st = cs.ring.stats();
+            const rdma::ring_producer_stats pst = co_await submit_to(1, [] { return prod->stats(); });
+            std::printf("  seed %u: consumer %lu messages, %lu wraps, %lu polled batches, %lu doorbells, %lu "
+                        "wake requests, %lu pushes; producer %lu commits, %lu doorbells\n",
+                        seed, st.messages, st.wraps, st.polled, st.doorbells, st.wake_requests, st.pushes,
+                        pst.commits, pst.doorbells);
+            EXPECT_EQ(st.messages, total);
+            EXPECT_GT(st.wraps, 100u);
+            EXPECT_GT(st.polled, 0u);
+            EXPECT_LE(pst.doorbells, pst.wake_requests) << "a doorbell nobody asked for";
+            EXPECT_LT(double(st.doorbells) / double(st.messages), 0.01) << "receive completions per record";
+
+            // Sleeping: a receive waits while the shard sleeps; each round's records, sent after
+            // the sleep, must arrive (they bring a doorbell the consumer asked for).
+            uint32_t next = total;
+            std::mt19937 rng(seed);
+            bool lost = false;
+            for (unsigned round = 0; round < 20 && !lost; ++round) {
+                future<std::span<const char>> waiting = cs.ring.receive();
+                EXPECT_FALSE(waiting.available());
+                const uint64_t sleeps = local_reactor().stats().sleeps;
+                co_await sleep(std::chrono::milliseconds(20 + rng() % 20));
+                EXPECT_GT(local_reactor().stats().sleeps, sleeps)
+                    << "round " << round << ": the shard never slept";
+                const uint32_t n = 1 + rng() % 3;
+                co_await submit_to(1,
+                                   [seed, next, n] { return send_small_records(*prod, seed, next, n, 64); });
+                for (uint32_t k = 0; k < n; ++k) {
+                    auto f = k == 0 ? std::move(waiting) : cs.ring.receive();
+                    std::span<const char> m;
+                    try {
+                        m = co_await with_timeout(steady_clock_type::now() + 5s, std::move(f));
+                    } catch (const timed_out_error&) {
+                        ADD_FAILURE() << "round " << round << ": record " << next << " not delivered in 5 s";
+                        lost = true;
+                        break;
+                    }
+                    EXPECT_EQ(check_small_record(m, seed, next), "") << "seed " << seed;
+                    ++next;
+                }
+            }
+            const rdma::ring_consumer_stats st2 = cs.ring.stats();
+            std::printf("  after 20 sleeps: %lu doorbells, %lu wake requests, %lu polled batches\n",
+                        st2.doorbells, st2.wake_requests, st2.polled);
+            EXPECT_GT(st2.wake_requests, st.wake_requests);
+            co_await submit_to(1, [] {
+                prod.reset();
+                pconn = rdma::connection();
+            });
+            cs.ring = rdma::ring_consumer();
+            cs.conn = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        test_options(), cfg);
     EXPECT_EQ(rc, 0);
 }
