@@ -86,7 +86,7 @@ struct ring_consumer_options {
 struct ring_consumer_stats {
     uint64_t messages = 0;      ///< messages handed to `receive`
     uint64_t bytes = 0;         ///< their payload bytes
-    uint64_t doorbells = 0;     ///< doorbells taken: receive completions (each announces a batch)
+    uint64_t doorbells = 0;     ///< doorbells taken: receive completions (a batch; polling: a wake-up)
     uint64_t polled = 0;        ///< batches found by reading the commit index (no completion)
     uint64_t wake_requests = 0; ///< doorbells asked for before the shard slept (polling ring)
     uint64_t wraps = 0;         ///< wrap markers skipped
