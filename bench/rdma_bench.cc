@@ -51,6 +51,8 @@ struct ring_server {
     rdma::connection conn;
 };
 std::vector<std::unique_ptr<ring_server>> ring_servers;
+/// The ring consumers poll their commit index (`--ring-poll`); set before the servers start.
+rdma::ring_consumer_options ring_opts;
 
 future<> consume_ring(ring_server& r) {
     for (;;) {
@@ -65,7 +67,7 @@ future<> consume_ring(ring_server& r) {
 /// Listens on `a` with a ring of `capacity` bytes offered in the private data.
 void start_ring_server(net::socket_address a, size_t capacity) {
     auto r = std::make_unique<ring_server>();
-    r->ring.emplace(capacity);
+    r->ring.emplace(capacity, ring_opts);
     rdma::listen_options lo;
     lo.connection = rdma::shard_context::local().opts().connection;
     lo.connection->region = r->ring->descriptor();
@@ -226,7 +228,7 @@ future<> consume_fan_in() {
 }
 
 void start_fan_in_server(const std::array<net::socket_address, 4>& addrs, size_t capacity) {
-    fan_srv.fan.emplace(4, capacity);
+    fan_srv.fan.emplace(4, capacity, ring_opts);
     for (unsigned i = 0; i < 4; ++i) {
         rdma::listen_options lo;
         lo.connection = rdma::shard_context::local().opts().connection;
@@ -293,12 +295,14 @@ int main(int argc, char** argv) {
     a.add_option("bw-size", "throughput message size", "1M");
     a.add_option("ring-depth", "ring channel sends in flight", "1024");
     a.add_flag("json", "print JSON");
+    a.add_flag("ring-poll", "ring consumers poll their commit index (ring_consumer_options::poll)");
     a.add_option("server-shard", "shard of the servers (the client runs on shard 0)", "1");
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
     smp_options so = a.engine_options();
     const unsigned server_shard = unsigned(a.get_size("server-shard"));
+    ring_opts.poll = a.has("ring-poll");
     so.smp = std::max(server_shard + 1, so.smp);
     so.handle_signals = false;
     return run_shards(so, [&]() -> future<int> {
@@ -415,7 +419,7 @@ int main(int argc, char** argv) {
                 std::printf("%s{\"size\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}",
                             i ? ", " : "", lat[i].size, lat[i].median_us, lat[i].p99_us, lat[i].mean_us);
             }
-            std::printf("], \"ring_vs_stream\": [");
+            std::printf("], \"ring_polls\": %s, \"ring_vs_stream\": [", ring_opts.poll ? "true" : "false");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
                 std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
                             "\"ring_doorbells_per_msg\": %.3f}",
@@ -440,8 +444,9 @@ int main(int argc, char** argv) {
                         stream_mbps);
             std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
                         write_mbps);
-            std::printf("%-28s %14s %14s %8s %12s\n", "one way, records", "ring msg/s", "stream msg/s",
-                        "ring/str", "imm/record");
+            std::printf("%-28s %14s %14s %8s %12s\n",
+                        ring_opts.poll ? "one way, records (ring polls)" : "one way, records", "ring msg/s",
+                        "stream msg/s", "ring/str", "imm/record");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
                 std::printf("%-28s %14.0f %14.0f %8.2f %12.3f\n",
                             fmt::format("  {} B", ring_sizes[i]).c_str(), ring_rows[i].first,

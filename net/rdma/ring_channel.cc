@@ -11,6 +11,11 @@
 //   one's doorbells, and then sends a *hello* (a zero-length WRITE_WITH_IMM on the wait tag
 //   carrying its encoded write index); `open` waits for it before it READs the header, so the
 //   indices and the record count it resumes at are final.
+// - Polling ring (the header's flags say so): a batch is its WRITE(s) and then an 8-byte WRITE
+//   of its end into the header's commit index, which the consumer polls; no immediate, except a
+//   doorbell the consumer asked for before sleeping (a wake request: zero-length WRITE_WITH_IMM
+//   on the doorbell tag, consumer to producer, carrying the encoded commit index it saw; see
+//   ring_consumer_state::try_arm). There a doorbell is only a wake-up: its value is not decoded.
 // - Back-pressure: the producer keeps a cached read index; when an entry does not fit it READs
 //   the consumer's read index, and if the ring is still full it sends a wait request (a
 //   zero-length WRITE_WITH_IMM on the wait tag carrying the encoded read index it needs). The
@@ -36,6 +41,7 @@
 #include "net/rdma/ring_channel.hh"
 
 #include "core/future_util.hh"
+#include "core/reactor.hh"
 #include "core/smp.hh"
 #include "core/task.hh"
 #include "net/rdma/error.hh"
@@ -127,21 +133,30 @@ std::exception_ptr protocol_error(const std::string& what) {
 
 // --- consumer
 
-/// The consumer's ring and state; shared by the handle and the doorbell loop.
-class ring_consumer_state {
+/// The consumer's ring and state; shared by the handle and the doorbell loop. A polling ring
+/// is also a poller of its shard's reactor (registered from construction to `shut`).
+class ring_consumer_state final : public poller {
 public:
-    explicit ring_consumer_state(size_t capacity)
+    ring_consumer_state(size_t capacity, ring_consumer_options opts)
         : _shard(this_shard_id())
         , _cap(capacity)
-        , _mask(capacity - 1) {
+        , _mask(capacity - 1)
+        , _polls(opts.poll) {
         check_capacity(capacity, "ring_consumer");
         _mem = allocate_pages(ring_layout::header_size + capacity);
         _data = _mem.get() + ring_layout::header_size;
         store(ring_layout::capacity_offset, capacity);
         store(ring_layout::magic_offset, ring_layout::magic);
+        store(ring_layout::flags_offset, _polls ? ring_layout::flag_poll : 0);
         _exported = export_region(_mem.get(), ring_layout::header_size + capacity,
                                   access::remote_read | access::remote_write);
+        if (_polls) {
+            local_reactor().register_poller(this);
+        }
     }
+    ring_consumer_state(const ring_consumer_state&) = delete;
+    ring_consumer_state& operator=(const ring_consumer_state&) = delete;
+    ~ring_consumer_state() override { unregister(); }
 
     remote_region descriptor() const noexcept { return _exported.descriptor(); }
     size_t capacity() const noexcept { return _cap; }
@@ -159,6 +174,14 @@ public:
         immediate_channel doorbell = c.immediates(tags.doorbell);
         immediate_channel wait = c.immediates(tags.wait);
         ++_gen; // before the old channels close: their loops see they are stale
+        if (_polls) {
+            // What the old producer committed is delivered; its connection no longer writes
+            // (refused while usable), so the commit index is final. The new producer resumes
+            // at the write index: a commit index above it must never be read again.
+            take_commit();
+            commit_word().store(_known_w, std::memory_order_relaxed);
+            _wake_asked = false;
+        }
         _conn = std::move(c);
         _doorbell = std::move(doorbell);
         _wait = std::move(wait);
@@ -181,6 +204,7 @@ public:
         _known_w = _next = _r = index;
         store(ring_layout::write_index_offset, index);
         store(ring_layout::read_index_offset, index);
+        store(ring_layout::commit_index_offset, index);
     }
 
     std::optional<std::span<const char>> try_receive() {
@@ -189,7 +213,7 @@ public:
             throw std::logic_error("ring_consumer::try_receive() called while a receive() is pending");
         }
         release();
-        return next();
+        return next_or_poll();
     }
 
     std::exception_ptr error() const noexcept { return _error; }
@@ -206,7 +230,7 @@ public:
                 std::logic_error("ring_consumer::receive() called while another is pending"));
         }
         release();
-        if (auto m = next()) {
+        if (auto m = next_or_poll()) {
             return make_ready_future<std::span<const char>>(*m);
         }
         if (_error) {
@@ -226,6 +250,7 @@ public:
     /// The handle went away: close the connection, fail a waiter, revoke the ring.
     void shut() noexcept {
         _shut = true;
+        unregister();
         if (_conn) {
             _conn.close();
             _conn = connection();
@@ -233,6 +258,54 @@ public:
         fail(std::make_exception_ptr(connection_closed("the RDMA ring consumer was destroyed")));
         _exported.revoke();
     }
+
+    /// Polling ring: while someone waits for a message, reads the commit index and delivers
+    /// the batches it announces.
+    bool poll() override {
+        if (!wanted() || _error || _shut) {
+            return false;
+        }
+        if (!take_commit()) {
+            return false;
+        }
+        wake();
+        return true;
+    }
+
+    /// Polling ring, before the shard sleeps: asks the producer for a doorbell (a *wake
+    /// request*: a zero-length WRITE_WITH_IMM on the doorbell tag, consumer to producer,
+    /// carrying the encoded commit index seen), then stays awake once so the request is posted.
+    ///
+    /// Why no batch is left without a wake-up: the shard sleeps only when `try_arm` returns
+    /// true, i.e. a wake request for X (the commit index seen) was sent, no doorbell arrived
+    /// since, and the commit index read after it was still X. Every doorbell the producer posts
+    /// after taking the request writes the commit index with the batch's end, so the request
+    /// is answered exactly once (then `_wake_asked` is cleared by that doorbell), and the
+    /// producer answers (1) at once, with a zero-length doorbell, when it has posted beyond X
+    /// (its commit WRITEs precede it on the QP, so they are in memory when it arrives), (2)
+    /// otherwise with the WRITE_WITH_IMM of its next batch. A batch beyond X is thus followed
+    /// by a doorbell whatever the order of the request and the batch, and the doorbell's
+    /// completion ends the sleep (the CQ is armed). A doorbell that arrives for another reason
+    /// only clears `_wake_asked` early: the consumer then asks again before it sleeps (an extra
+    /// doorbell at worst, never a missing one).
+    bool try_arm() override {
+        if (!wanted() || _error || _shut || !_conn || !_conn.usable()) {
+            return true;
+        }
+        if (take_commit()) {
+            wake();
+            return false;
+        }
+        if (_wake_asked) {
+            return true;
+        }
+        _wake_asked = true;
+        ++_stats.wake_requests;
+        (void)_doorbell.write_with_imm({}, remote_region{}, 0, encode(_known_w));
+        return false;
+    }
+
+    void disarm() override {}
 
 private:
     /// Takes the doorbells until the connection breaks (then fails the ring: the channel hands
@@ -250,6 +323,10 @@ private:
                 co_return;
             }
             if (ex) {
+                // Batches committed before the break are delivered first (a polling ring).
+                if (self->_polls) {
+                    self->take_commit();
+                }
                 self->fail(ex);
                 co_return;
             }
@@ -292,8 +369,16 @@ private:
     }
 
     /// A doorbell: the entries up to the index `value` encodes are in the ring (decoded against
-    /// the last doorbell: see the top of this file).
+    /// the last doorbell: see the top of this file). On a polling ring only a wake-up: the
+    /// commit index, written by the same or an earlier WRITE, says how far.
     void on_doorbell(uint32_t value) {
+        if (_polls) {
+            ++_stats.doorbells;
+            _wake_asked = false;
+            take_commit();
+            wake();
+            return;
+        }
         const uint64_t w = _known_w + ahead(_known_w, value);
         if (w == _known_w || w - _r > _cap) {
             broken(fmt::format("doorbell for write index {} after {} (read index {}, capacity {})", w,
@@ -301,6 +386,30 @@ private:
             return;
         }
         ++_stats.doorbells;
+        announce(w);
+        wake();
+    }
+
+    /// Polling ring: takes the batches up to the commit index, if it moved (not delivered).
+    /// The acquire load orders the reads of their entries after it.
+    bool take_commit() {
+        const uint64_t c = commit_word().load(std::memory_order_acquire);
+        if (c <= _known_w) {
+            return false;
+        }
+        if ((c & 7) != 0 || c - _r > _cap) {
+            broken(
+                fmt::format("commit index {} after {} (read index {}, capacity {})", c, _known_w, _r, _cap));
+            return false;
+        }
+        ++_stats.polled;
+        announce(c);
+        return true;
+    }
+
+    /// The entries up to `w` are in the ring: counts their messages and mirrors the write
+    /// index and record count into the header.
+    void announce(uint64_t w) {
         for (uint64_t at = _known_w; at < w;) {
             std::optional<entry> e = entry_at(at, w);
             if (!e) {
@@ -313,6 +422,10 @@ private:
         std::atomic_ref<uint64_t>(word(ring_layout::records_offset))
             .store(_announced, std::memory_order_relaxed);
         std::atomic_ref<uint64_t>(word(ring_layout::write_index_offset)).store(w, std::memory_order_release);
+    }
+
+    /// Hands the next message to a pending `receive` and tells the owner (`notify`).
+    void wake() {
         if (_waiter) {
             if (auto m = next()) {
                 auto pr = std::move(*_waiter);
@@ -323,6 +436,17 @@ private:
         if (_notify) {
             _notify(_notify_ctx);
         }
+    }
+
+    /// `next()`, after a look at the commit index when nothing is announced (a polling ring).
+    std::optional<std::span<const char>> next_or_poll() {
+        if (auto m = next()) {
+            return m;
+        }
+        if (_polls && !_error && take_commit()) {
+            return next();
+        }
+        return std::nullopt;
     }
 
     /// The next message announced and not yet handed out; skips wrap markers (releasing their
@@ -418,6 +542,17 @@ private:
     }
 
     uint64_t& word(size_t off) noexcept { return *reinterpret_cast<uint64_t*>(_mem.get() + off); }
+    std::atomic_ref<uint64_t> commit_word() noexcept {
+        return std::atomic_ref<uint64_t>(word(ring_layout::commit_index_offset));
+    }
+    /// Someone waits for a message: a pending `receive`, or an owner told of every batch.
+    bool wanted() const noexcept { return _waiter || _notify; }
+    void unregister() noexcept {
+        if (_polls && !_unregistered) {
+            _unregistered = true;
+            local_reactor().unregister_poller(this);
+        }
+    }
     void store(size_t off, uint64_t v) noexcept { std::memcpy(_mem.get() + off, &v, sizeof(v)); }
 
     unsigned _shard;
@@ -440,6 +575,9 @@ private:
     bool _shut = false;
     void (*_notify)(void*) noexcept = nullptr; // told of every doorbell and failure (ring_fan_in)
     void* _notify_ctx = nullptr;
+    bool _polls;                // polls the commit index (ring_consumer_options::poll)
+    bool _wake_asked = false;   // a wake request was sent and no doorbell arrived since
+    bool _unregistered = false; // the poller left the reactor
     ring_consumer_stats _stats;
 };
 
@@ -461,12 +599,18 @@ public:
         , _mr(std::move(mr))
         , _flusher(this) {}
 
-    /// Takes the indices and record count read from the ring's header (validated by the caller).
-    void resume_at(uint64_t w, uint64_t r, uint64_t records) noexcept {
+    /// Takes the indices and record count read from the ring's header (validated by the
+    /// caller); for a polling consumer, starts taking its wake requests.
+    void resume_at(uint64_t w, uint64_t r, uint64_t records, bool consumer_polls) {
         _w = w;
         _posted = w;
+        _rung = w;
         _r = r;
         _resume_record = records;
+        _consumer_polls = consumer_polls;
+        if (consumer_polls) {
+            (void)wake_requests(shared_from_this());
+        }
     }
 
     uint64_t resume_record() const noexcept { return _resume_record; }
@@ -508,6 +652,13 @@ public:
     uint64_t write_index() const noexcept { return _w; }
     const ring_producer_stats& stats() const noexcept { return _stats; }
     char* scratch() const noexcept { return _mem.get() + _cap; }
+    /// Commit slots after the scratch area: the source of a polling batch's commit WRITE stays
+    /// unchanged until that WRITE completed (a slot is reused `commit_slots` batches later).
+    static constexpr size_t commit_slots = 64;
+    /// Bytes of staging memory a producer registers for a ring of `cap` bytes.
+    static size_t staging_size(size_t cap) noexcept {
+        return cap + ring_layout::header_size + commit_slots * sizeof(uint64_t);
+    }
     uint32_t lkey() const noexcept { return _mr.lkey(); }
 
 private:
@@ -587,6 +738,10 @@ private:
         if (_posted == _w || _error) {
             return;
         }
+        if (_consumer_polls) {
+            flush_committed();
+            return;
+        }
         const uint64_t from = _posted;
         const uint64_t to = _w;
         _posted = to;
@@ -609,6 +764,91 @@ private:
         (void)completed(shared_from_this(), std::move(f), to);
     }
 
+    /// Polling consumer: WRITEs the batch's entries (two WRITEs when it crosses the end of the
+    /// data area), then the batch's end into the header's commit index with a separate 8-byte
+    /// WRITE, which the consumer polls: posted after the data on the same QP, it is placed
+    /// after it (docs/rdma.md, "Polling consumer"). The commit WRITE carries a doorbell only
+    /// when the consumer asked for one (`_wake_asked`). With every commit slot in flight, the
+    /// batch waits for the oldest to complete (and grows meanwhile).
+    void flush_committed() noexcept {
+        if (_commits_in_flight == commit_slots) {
+            return; // completed() flushes again
+        }
+        const uint64_t from = _posted;
+        const uint64_t to = _w;
+        _posted = to;
+        const size_t off = from & _mask;
+        const size_t first = std::min<uint64_t>(to - from, _cap - off);
+        write_ignored(off, first, off);
+        if (first < to - from) {
+            ++_stats.plain_writes;
+            write_ignored(0, to - from - first, 0);
+        }
+        char* slot = commit_slot(_commit_seq++ % commit_slots);
+        std::memcpy(slot, &to, sizeof(to));
+        const local_span src{slot, sizeof(to), _mr.lkey()};
+        future<> f = make_ready_future<>();
+        if (_wake_asked) {
+            _wake_asked = false;
+            _rung = to;
+            ++_stats.doorbells;
+            f = _doorbell.write_with_imm(src, _ring, ring_layout::commit_index_offset, encode(to));
+        } else {
+            ++_stats.commits;
+            f = _conn.write(src, _ring, ring_layout::commit_index_offset);
+        }
+        ++_commits_in_flight;
+        (void)completed(shared_from_this(), std::move(f), to);
+    }
+
+    /// A plain WRITE of `len` staged bytes at data offset `off` into the ring at `to`; its
+    /// error breaks the connection, which fails the batch's final WRITE.
+    void write_ignored(size_t off, size_t len, size_t to) noexcept {
+        (void)_conn
+            .write(local_span{_mem.get() + off, uint32_t(len), _mr.lkey()}, _ring,
+                   ring_layout::header_size + to)
+            .then_wrapped([](future<> w) { w.ignore_ready_future(); });
+    }
+
+    char* commit_slot(size_t i) const noexcept {
+        return _mem.get() + _cap + ring_layout::header_size + i * sizeof(uint64_t);
+    }
+
+    /// Takes a polling consumer's wake requests until the connection fails: each carries the
+    /// commit index X the consumer saw (decoded against `_posted`: X <= _posted, and _posted -
+    /// X <= capacity because the consumer's read index is at most X and this producer never
+    /// posts more than a capacity beyond a read index it was told). When a batch beyond X was
+    /// posted and no doorbell announced it yet, a zero-length doorbell goes at once (after the
+    /// commit WRITEs, in QP order); otherwise the next batch carries one. See
+    /// `ring_consumer_state::try_arm` for why no batch is left without a wake-up.
+    static future<> wake_requests(std::shared_ptr<ring_producer_state> self) {
+        ring_producer_state& s = *self;
+        for (;;) {
+            uint32_t value = 0;
+            try {
+                value = co_await s._doorbell.next();
+            } catch (...) {
+                co_return; // the batches in flight report the failure
+            }
+            if (s._error) {
+                co_return;
+            }
+            ++s._stats.wake_requests;
+            const uint64_t seen = s._posted - behind(s._posted, value);
+            if (s._posted > seen) {
+                if (s._rung < s._posted) {
+                    s._rung = s._posted;
+                    ++s._stats.doorbells;
+                    (void)s._doorbell.write_with_imm({}, remote_region{}, 0, encode(s._posted))
+                        .then_wrapped([](future<> w) { w.ignore_ready_future(); });
+                }
+                // Else the doorbell of _posted is on its way and answers the request.
+            } else {
+                s._wake_asked = true;
+            }
+        }
+    }
+
     /// Resolves the sends of a batch once its write completed (or fails everything).
     static future<> completed(std::shared_ptr<ring_producer_state> self, future<> f, uint64_t end) {
         try {
@@ -620,6 +860,10 @@ private:
         while (!self->_done.empty() && self->_done.front().end <= end) {
             self->_done.front().pr.set_value();
             self->_done.pop_front();
+        }
+        if (self->_consumer_polls) {
+            --self->_commits_in_flight;
+            self->flush();
         }
     }
 
@@ -726,6 +970,11 @@ private:
     flush_task _flusher;
     bool _flush_scheduled = false;
     bool _pumping = false;
+    bool _consumer_polls = false; // the consumer polls the commit index (header flags)
+    bool _wake_asked = false;     // it asked for a doorbell and none was posted since
+    uint64_t _rung = 0;           // _posted when the last doorbell was posted (polling consumer)
+    uint64_t _commit_seq = 0;     // commit WRITEs posted (selects their slot)
+    size_t _commits_in_flight = 0;
     std::exception_ptr _error;
     ring_producer_stats _stats;
 };
@@ -741,8 +990,8 @@ namespace shoal::net::rdma {
 // --- ring_consumer
 
 ring_consumer::ring_consumer() noexcept = default;
-ring_consumer::ring_consumer(size_t capacity)
-    : _s(std::make_shared<internal::ring_consumer_state>(capacity)) {}
+ring_consumer::ring_consumer(size_t capacity, ring_consumer_options opts)
+    : _s(std::make_shared<internal::ring_consumer_state>(capacity, opts)) {}
 ring_consumer::ring_consumer(ring_consumer&&) noexcept = default;
 ring_consumer& ring_consumer::operator=(ring_consumer&& o) noexcept {
     if (this != &o) {
@@ -829,8 +1078,9 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
     internal::check_capacity(cap, "ring_producer::open");
     immediate_channel doorbell = c.immediates(tags.doorbell);
     immediate_channel wait = c.immediates(tags.wait);
-    internal::page_memory mem = internal::allocate_pages(cap + ring_layout::header_size);
-    memory_region mr = register_memory(mem.get(), cap + ring_layout::header_size);
+    const size_t staging = internal::ring_producer_state::staging_size(cap);
+    internal::page_memory mem = internal::allocate_pages(staging);
+    memory_region mr = register_memory(mem.get(), staging);
     char* header = mem.get() + cap;
     // The consumer's hello says it attached this connection: the header is final (see the top of
     // ring_channel.cc). A value other than its write index is a protocol error.
@@ -844,12 +1094,13 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
             attach_timeout.count(), tags.doorbell, tags.wait));
     }
     co_await c.read(mr.span(cap, ring_layout::header_size), ring, 0);
-    uint64_t w, r, capacity, magic, records;
+    uint64_t w, r, capacity, magic, records, flags;
     std::memcpy(&w, header + ring_layout::write_index_offset, 8);
     std::memcpy(&r, header + ring_layout::read_index_offset, 8);
     std::memcpy(&capacity, header + ring_layout::capacity_offset, 8);
     std::memcpy(&magic, header + ring_layout::magic_offset, 8);
     std::memcpy(&records, header + ring_layout::records_offset, 8);
+    std::memcpy(&flags, header + ring_layout::flags_offset, 8);
     if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0 ||
         internal::encode(w) != hello) {
         throw std::invalid_argument(
@@ -859,7 +1110,7 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
     }
     auto s = std::make_shared<internal::ring_producer_state>(
         std::move(c), std::move(doorbell), std::move(wait), ring, std::move(mem), std::move(mr), cap);
-    s->resume_at(w, r, records);
+    s->resume_at(w, r, records, (flags & ring_layout::flag_poll) != 0);
     co_return ring_producer(std::move(s));
 }
 

@@ -42,9 +42,16 @@ struct ring_layout {
     static constexpr size_t magic_offset = 24;
     /// Offset of the count of messages up to the write index (since the ring was created).
     static constexpr size_t records_offset = 32;
-    /// "SHRING02": a ring of this format whose doorbells travel on tagged immediates (version
-    /// 01, whose doorbells took the connection's immediates whole, is refused by `open`).
-    static constexpr uint64_t magic = 0x3230474e49524853ULL;
+    /// Offset of the commit index of a polling ring: the end of the last batch the producer
+    /// wrote, stored by the producer with its own 8-byte WRITE after the batch's data.
+    static constexpr size_t commit_index_offset = 40;
+    /// Offset of the consumer's flags (`flag_poll`), read by `open`.
+    static constexpr size_t flags_offset = 48;
+    /// The consumer polls `commit_index` and asks for a doorbell only before it sleeps.
+    static constexpr uint64_t flag_poll = 1;
+    /// "SHRING03": a ring of this format (a commit index and flags in the header; doorbells on
+    /// tagged immediates). Versions 01 and 02 are refused by `open`, and they refuse this one.
+    static constexpr uint64_t magic = 0x3330474e49524853ULL;
     /// Bytes of an entry's header (length + kind); entries are 8-byte aligned.
     static constexpr size_t entry_header_size = 8;
     /// Smallest and largest data area (a power of two in between). The largest is bounded by
@@ -66,11 +73,22 @@ struct ring_tags {
     unsigned wait = 15;
 };
 
+/// Options of a ring consumer.
+struct ring_consumer_options {
+    /// Poll the ring's commit index from a reactor poller while a `receive` is pending (or a
+    /// `ring_fan_in` waits) instead of taking a doorbell per batch; the producer sends a
+    /// doorbell only after the consumer asked for one before its shard sleeps (docs/rdma.md,
+    /// "Polling consumer").
+    bool poll = false;
+};
+
 /// Counters of a ring consumer; read them on its shard.
 struct ring_consumer_stats {
     uint64_t messages = 0;      ///< messages handed to `receive`
     uint64_t bytes = 0;         ///< their payload bytes
-    uint64_t doorbells = 0;     ///< doorbells taken: receive completions (each announces a batch)
+    uint64_t doorbells = 0;     ///< doorbells taken: receive completions (a batch; polling: a wake-up)
+    uint64_t polled = 0;        ///< batches found by reading the commit index (no completion)
+    uint64_t wake_requests = 0; ///< doorbells asked for before the shard slept (polling ring)
     uint64_t wraps = 0;         ///< wrap markers skipped
     uint64_t wait_requests = 0; ///< times the producer found the ring full and asked to be told
     uint64_t pushes = 0;        ///< read indices pushed back to a waiting producer
@@ -80,7 +98,9 @@ struct ring_consumer_stats {
 struct ring_producer_stats {
     uint64_t messages = 0;      ///< messages written into the ring
     uint64_t bytes = 0;         ///< their payload bytes
-    uint64_t doorbells = 0;     ///< batches posted: one WRITE_WITH_IMM each, for all their entries
+    uint64_t doorbells = 0;     ///< WRITE_WITH_IMMs posted: one per batch, or wake-ups (polling ring)
+    uint64_t commits = 0;       ///< batches announced by a commit-index WRITE only (polling ring)
+    uint64_t wake_requests = 0; ///< doorbells a polling consumer asked for before it slept
     uint64_t plain_writes = 0;  ///< WRITEs without immediate (the part of a batch before the wrap)
     uint64_t wraps = 0;         ///< wrap markers written
     uint64_t queued = 0;        ///< sends that waited (ring full, or earlier sends waiting)
@@ -102,8 +122,9 @@ public:
     ring_consumer() noexcept;
     /// Allocates and exports a ring with a data area of `capacity` bytes (a power of two from
     /// `ring_layout::min_capacity` to `max_capacity`; std::invalid_argument otherwise). One
-    /// registration (rdma_error when it fails); nothing is registered afterwards.
-    explicit ring_consumer(size_t capacity);
+    /// registration (rdma_error when it fails); nothing is registered afterwards. A polling
+    /// ring (`opts.poll`) registers a poller with the shard's reactor until it is destroyed.
+    explicit ring_consumer(size_t capacity, ring_consumer_options opts = {});
     ring_consumer(ring_consumer&&) noexcept;
     ring_consumer& operator=(ring_consumer&&) noexcept;
     ~ring_consumer();

@@ -8,14 +8,14 @@
 
 namespace shoal::net::rdma {
 
-ring_fan_in::ring_fan_in(unsigned producers, size_t capacity)
+ring_fan_in::ring_fan_in(unsigned producers, size_t capacity, ring_consumer_options opts)
     : _waker(std::make_unique<waker>()) {
     if (producers == 0) {
         throw std::invalid_argument("ring_fan_in: no producers");
     }
     _rings.reserve(producers);
     for (unsigned i = 0; i < producers; ++i) {
-        _rings.emplace_back(capacity);
+        _rings.emplace_back(capacity, opts);
         _rings.back().notify(&waker::wake, _waker.get());
     }
 }

@@ -25,8 +25,9 @@ struct fan_in_message {
 /// new connection (`attach`) on which a new producer resumes. Move-only; used on its shard.
 class ring_fan_in {
 public:
-    /// `producers` rings (at least one) of `capacity` bytes each (see `ring_consumer`).
-    ring_fan_in(unsigned producers, size_t capacity);
+    /// `producers` rings (at least one) of `capacity` bytes each, made with `opts` (see
+    /// `ring_consumer`).
+    ring_fan_in(unsigned producers, size_t capacity, ring_consumer_options opts = {});
     ring_fan_in(ring_fan_in&&) noexcept;
     ring_fan_in& operator=(ring_fan_in&&) noexcept;
     ~ring_fan_in();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <random>
 #include <span>
 
@@ -58,8 +59,8 @@ struct consumer_side {
     std::optional<rdma::listener> l;
     rdma::connection conn;
 
-    consumer_side(size_t capacity, net::socket_address a)
-        : ring(capacity) {
+    consumer_side(size_t capacity, net::socket_address a, bool poll = false)
+        : ring(capacity, rdma::ring_consumer_options{.poll = poll}) {
         rdma::listen_options lo;
         lo.connection = rdma::shard_context::local().opts().connection;
         lo.connection->region = ring.descriptor();
@@ -355,12 +356,15 @@ TEST(ring_channel, a_broken_connection_fails_pending_operations_and_a_new_one_re
     EXPECT_EQ(rc, 0);
 }
 
-TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_record) {
-    // Issue 13: the disconnect can overtake the last doorbells (their receive completions still
-    // in the consumer's CQ when the break is handled). Each round, the producer (shard 1) sends
-    // N records, and the moment the last one resolved drops the producer and its connection;
-    // the consumer (shard 0, already waiting) must receive all N, in order, then the error.
-    int rc = run_rdma(2, []() -> future<> {
+namespace {
+
+/// Issue 13: the disconnect can overtake the last doorbells (their receive completions still in
+/// the consumer's CQ when the break is handled), or the last commit index (`poll`). Each round,
+/// the producer (shard 1) sends N records, and the moment the last one resolved drops the
+/// producer and its connection; the consumer (shard 0, already waiting) must receive all N, in
+/// order, then the error.
+void closes_right_after_its_last_send(bool poll) {
+    int rc = run_rdma(2, [poll]() -> future<> {
         constexpr unsigned rounds = 20, n = 300;
         constexpr size_t capacity = 64 << 10;
         pattern_source src(capacity);
@@ -368,7 +372,7 @@ TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_rec
         unsigned complete_rounds = 0;
         for (unsigned round = 0; round < rounds; ++round) {
             const auto a = addr(next_port());
-            consumer_side cs(capacity, a);
+            consumer_side cs(capacity, a, poll);
             auto accepted = cs.accept();
             auto produced = submit_to(1, [a, srcp]() -> future<> {
                 rdma::connection c = co_await rdma::connect_rc(a);
@@ -410,6 +414,16 @@ TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_rec
     EXPECT_EQ(rc, 0);
 }
 
+} // namespace
+
+TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_record) {
+    closes_right_after_its_last_send(false);
+}
+
+TEST(ring_channel, a_producer_that_closes_right_after_its_last_send_loses_no_record_polling) {
+    closes_right_after_its_last_send(true);
+}
+
 namespace {
 
 /// Record `seq` of the sharing and wrap tests: {u32 seq, u32 size} then pattern bytes (seed 3,
@@ -440,12 +454,14 @@ std::string check_record(std::span<const char> m, uint32_t seq) {
     return bad == SIZE_MAX ? std::string() : fmt::format("record {} differs at byte {}", seq, bad + 8);
 }
 
-/// Sends records [first, count) through `p`, `depth` in flight (bodies kept until they resolve).
-future<> send_records(rdma::ring_producer& p, uint32_t count, size_t depth, uint32_t first = 0) {
+/// Sends records [first, count) made by `make` through `p`, `depth` in flight (bodies kept until
+/// they resolve).
+future<> send_records(rdma::ring_producer& p, uint32_t count, size_t depth, uint32_t first = 0,
+                      std::function<std::vector<char>(uint32_t)> make = make_record) {
     std::deque<std::vector<char>> bodies;
     std::deque<future<>> inflight;
     for (uint32_t seq = first; seq < count; ++seq) {
-        bodies.push_back(make_record(seq));
+        bodies.push_back(make(seq));
         inflight.push_back(p.send(std::span<const char>(bodies.back().data(), bodies.back().size())));
         if (inflight.size() == depth) {
             co_await std::move(inflight.front());
@@ -699,16 +715,19 @@ TEST(ring_resync_child, produce) {
     EXPECT_EQ(rc, 0);
 }
 
-TEST(ring_channel, a_restarted_producer_process_resends_from_the_records_announced) {
-    // Issue 13's resynchronisation: producer processes are killed (SIGKILL) at random points
-    // while they send; each new one opens on a new connection, learns from the ring's header how
-    // many records the consumer was announced (`resume_record`) and sends from there. The
-    // consumer must see every sequence number exactly once, in order, with intact contents.
-    int rc = run_rdma(1, []() -> future<> {
+namespace {
+
+/// Issue 13's resynchronisation: producer processes are killed (SIGKILL) at random points while
+/// they send; each new one opens on a new connection, learns from the ring's header how many
+/// records the consumer was announced (`resume_record`) and sends from there. The consumer
+/// (polling the commit index with `poll`) must see every sequence number exactly once, in order,
+/// with intact contents.
+void restarted_producers_resend(bool poll) {
+    int rc = run_rdma(1, [poll]() -> future<> {
         constexpr uint32_t total = 20000;
         constexpr unsigned max_kills = 12;
         const auto a = addr(next_port());
-        consumer_side cs(16 << 10, a);
+        consumer_side cs(16 << 10, a, poll);
         const unsigned seed = std::random_device{}();
         std::mt19937 rng(seed);
         uint32_t expected = 0;
@@ -765,5 +784,142 @@ TEST(ring_channel, a_restarted_producer_process_resends_from_the_records_announc
         cs.conn = rdma::connection();
         EXPECT_TRUE(co_await all_connections_gone());
     });
+    EXPECT_EQ(rc, 0);
+}
+
+} // namespace
+
+TEST(ring_channel, a_restarted_producer_process_resends_from_the_records_announced) {
+    restarted_producers_resend(false);
+}
+
+TEST(ring_channel, a_restarted_producer_process_resends_from_the_records_announced_polling) {
+    restarted_producers_resend(true);
+}
+
+namespace {
+
+/// Record `seq` of the polling test: {u32 seq, u32 size} then pattern bytes (seed 5, from seq),
+/// 8 to 256 bytes, the size drawn from `seed` and `seq`.
+std::vector<char> small_record(uint32_t seed, uint32_t seq) {
+    const uint32_t size = 8 + uint32_t((uint64_t(seq ^ seed) * 2654435761u) % 1000003u) % 249;
+    std::vector<char> r(size);
+    std::memcpy(r.data(), &seq, 4);
+    std::memcpy(r.data() + 4, &size, 4);
+    fill_pattern(r.data() + 8, size - 8, 5, seq);
+    return r;
+}
+
+/// Checks a received small record; returns what is wrong with it ("" when it is record `seq`).
+std::string check_small_record(std::span<const char> m, uint32_t seed, uint32_t seq) {
+    const std::vector<char> want = small_record(seed, seq);
+    if (m.size() != want.size() || std::memcmp(m.data(), want.data(), want.size()) != 0) {
+        uint32_t got = 0;
+        std::memcpy(&got, m.data(), std::min<size_t>(4, m.size()));
+        return fmt::format("record {} ({} bytes) arrived as record {} of {} bytes", seq, want.size(), got,
+                           m.size());
+    }
+    return {};
+}
+
+/// Sends small records [first, first + count) through `p`, `depth` in flight.
+future<> send_small_records(rdma::ring_producer& p, uint32_t seed, uint32_t first, uint32_t count,
+                            size_t depth) {
+    return send_records(p, first + count, depth, first,
+                        [seed](uint32_t seq) { return small_record(seed, seq); });
+}
+
+} // namespace
+
+TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_woken_after_it_slept) {
+    // Issue 13: a consumer that polls the commit index takes no receive completion while it
+    // polls (only one per sleep, which it asked for), and one whose shard went to sleep is still
+    // woken by the next record. The shards poll 2 ms before they sleep (default 200 us): the
+    // emulated guest's producer often stalls longer than 200 us, and each stall would be a sleep.
+    reactor_config cfg;
+    cfg.idle_poll = std::chrono::milliseconds(2);
+    int rc = run_rdma(
+        2,
+        []() -> future<> {
+            constexpr uint32_t total = 200000;
+            constexpr size_t capacity = 64 << 10; // ~500 records a lap: ~400 laps
+            const uint32_t seed = std::random_device{}();
+            const auto a = addr(next_port());
+            consumer_side cs(capacity, a, true);
+            static std::optional<rdma::ring_producer> prod; // on shard 1
+            static rdma::connection pconn;
+            auto accepted = cs.accept();
+            co_await submit_to(1, [a]() -> future<> {
+                pconn = co_await rdma::connect_rc(a);
+                prod.emplace(co_await rdma::ring_producer::open(pconn, *pconn.peer_region()));
+            });
+            co_await std::move(accepted);
+
+            // Streaming: the consumer always has a receive pending.
+            auto sent = submit_to(1, [seed] { return send_small_records(*prod, seed, 0, total, 64); });
+            std::string first_bad;
+            for (uint32_t seq = 0; seq < total; ++seq) {
+                std::span<const char> m = co_await cs.ring.receive();
+                std::string bad = check_small_record(m, seed, seq);
+                if (!bad.empty() && first_bad.empty()) {
+                    first_bad = bad;
+                }
+            }
+            co_await std::move(sent);
+            EXPECT_EQ(first_bad, "") << "seed " << seed;
+            const rdma::ring_consumer_stats st = cs.ring.stats();
+            const rdma::ring_producer_stats pst = co_await submit_to(1, [] { return prod->stats(); });
+            std::printf("  seed %u: consumer %lu messages, %lu wraps, %lu polled batches, %lu doorbells, %lu "
+                        "wake requests, %lu pushes; producer %lu commits, %lu doorbells\n",
+                        seed, st.messages, st.wraps, st.polled, st.doorbells, st.wake_requests, st.pushes,
+                        pst.commits, pst.doorbells);
+            EXPECT_EQ(st.messages, total);
+            EXPECT_GT(st.wraps, 100u);
+            EXPECT_GT(st.polled, 0u);
+            EXPECT_LE(pst.doorbells, pst.wake_requests) << "a doorbell nobody asked for";
+            EXPECT_LT(double(st.doorbells) / double(st.messages), 0.01) << "receive completions per record";
+
+            // Sleeping: a receive waits while the shard sleeps; each round's records, sent after
+            // the sleep, must arrive (they bring a doorbell the consumer asked for).
+            uint32_t next = total;
+            std::mt19937 rng(seed);
+            bool lost = false;
+            for (unsigned round = 0; round < 20 && !lost; ++round) {
+                future<std::span<const char>> waiting = cs.ring.receive();
+                EXPECT_FALSE(waiting.available());
+                const uint64_t sleeps = local_reactor().stats().sleeps;
+                co_await sleep(std::chrono::milliseconds(20 + rng() % 20));
+                EXPECT_GT(local_reactor().stats().sleeps, sleeps)
+                    << "round " << round << ": the shard never slept";
+                const uint32_t n = 1 + rng() % 3;
+                co_await submit_to(1,
+                                   [seed, next, n] { return send_small_records(*prod, seed, next, n, 64); });
+                for (uint32_t k = 0; k < n; ++k) {
+                    auto f = k == 0 ? std::move(waiting) : cs.ring.receive();
+                    std::span<const char> m;
+                    try {
+                        m = co_await with_timeout(steady_clock_type::now() + 5s, std::move(f));
+                    } catch (const timed_out_error&) {
+                        ADD_FAILURE() << "round " << round << ": record " << next << " not delivered in 5 s";
+                        lost = true;
+                        break;
+                    }
+                    EXPECT_EQ(check_small_record(m, seed, next), "") << "seed " << seed;
+                    ++next;
+                }
+            }
+            const rdma::ring_consumer_stats st2 = cs.ring.stats();
+            std::printf("  after 20 sleeps: %lu doorbells, %lu wake requests, %lu polled batches\n",
+                        st2.doorbells, st2.wake_requests, st2.polled);
+            EXPECT_GT(st2.wake_requests, st.wake_requests);
+            co_await submit_to(1, [] {
+                prod.reset();
+                pconn = rdma::connection();
+            });
+            cs.ring = rdma::ring_consumer();
+            cs.conn = rdma::connection();
+            EXPECT_TRUE(co_await all_connections_gone());
+        },
+        test_options(), cfg);
     EXPECT_EQ(rc, 0);
 }

@@ -57,8 +57,8 @@ struct fan_in_side {
     std::vector<rdma::listener> ls;
     std::vector<net::socket_address> addrs;
 
-    fan_in_side(unsigned n, size_t capacity)
-        : fan(n, capacity) {
+    fan_in_side(unsigned n, size_t capacity, bool poll = false)
+        : fan(n, capacity, rdma::ring_consumer_options{.poll = poll}) {
         for (unsigned i = 0; i < n; ++i) {
             addrs.push_back(addr(next_port()));
             rdma::listen_options lo;
@@ -198,11 +198,15 @@ TEST(ring_fan_in, a_flooding_producer_does_not_starve_a_slow_one) {
     EXPECT_EQ(rc, 0);
 }
 
-TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer) {
-    int rc = run_rdma(2, []() -> future<> {
+namespace {
+
+/// 4 producers x 3,000 checksummed records through 8 KiB rings into a consumer that pauses;
+/// with `poll`, the rings poll their commit indices.
+void four_producers_checksummed(bool poll) {
+    int rc = run_rdma(2, [poll]() -> future<> {
         constexpr unsigned producers = 4;
         constexpr uint32_t count = 3000;
-        fan_in_side side(producers, 8 << 10); // ~2.7 records of 3 KB: many wraps, much waiting
+        fan_in_side side(producers, 8 << 10, poll); // ~2.7 records of 3 KB: many wraps, much waiting
         auto accepted = side.accept_all();
         auto addrs = side.addrs;
         auto sent = submit_to(1, [addrs]() -> future<> {
@@ -221,15 +225,23 @@ TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer
             EXPECT_EQ(next[p], count) << "producer " << p;
             EXPECT_GT(side.fan.ring(p).stats().wraps, 100u) << "producer " << p;
             EXPECT_GT(side.fan.ring(p).stats().pushes, 0u) << "producer " << p << " never waited";
+            if (poll) {
+                const auto& st = side.fan.ring(p).stats();
+                std::printf("  ring %u: %lu messages, %lu polled batches, %lu doorbells, %lu wake requests\n",
+                            p, st.messages, st.polled, st.doorbells, st.wake_requests);
+                EXPECT_GT(st.polled, 0u) << "producer " << p;
+            }
         }
     });
     EXPECT_EQ(rc, 0);
 }
 
-TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others) {
-    int rc = run_rdma(2, []() -> future<> {
+/// Producer 2 sends 100 records and then its connection is dropped; 0 and 1 send 2000 each:
+/// all of them arrive, and producer 2's ring reports the error.
+void dead_producer_does_not_wedge(bool poll) {
+    int rc = run_rdma(2, [poll]() -> future<> {
         constexpr unsigned producers = 3;
-        fan_in_side side(producers, 16 << 10);
+        fan_in_side side(producers, 16 << 10, poll);
         auto accepted = side.accept_all();
         auto addrs = side.addrs;
         // Producer 2 sends 100 records and then its connection is dropped; 0 and 1 send 2000
@@ -281,6 +293,24 @@ TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others) {
         EXPECT_TRUE(failed) << "the dead producer's ring saw no error";
     });
     EXPECT_EQ(rc, 0);
+}
+
+} // namespace
+
+TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer) {
+    four_producers_checksummed(false);
+}
+
+TEST(ring_fan_in, four_producers_checksummed_sequences_small_rings_slow_consumer_polling) {
+    four_producers_checksummed(true);
+}
+
+TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others) {
+    dead_producer_does_not_wedge(false);
+}
+
+TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others_polling) {
+    dead_producer_does_not_wedge(true);
 }
 
 TEST(ring_fan_in, producers_on_their_own_tags_beside_another_tagged_user) {
