@@ -70,9 +70,9 @@ struct options {
     /// its connections; every CQ keeps this many entries for receives).
     unsigned srq_size = 8192;
     /// Receives kept posted beyond those promised to peers, in each size class's SRQ (at most
-    /// half of `srq_size`; a 4 KiB class's slack costs 512 KiB at 128): a peer
-    /// that sends without credits consumes receives promised to others until its first message
-    /// is polled and it is disconnected. A shoal peer has at most its send queue depth in
+    /// half of `srq_size`; a 4 KiB class's slack costs 512 KiB at 128): a peer that sends
+    /// without credits consumes receives promised to others until its first message is polled
+    /// and it is disconnected. A shoal peer has at most its send queue depth in
     /// flight, so the default covers one such peer; the SRQ limit event refills the slack when
     /// half of it is gone.
     unsigned srq_slack = 128;

@@ -30,9 +30,10 @@ struct receive_budget {
 };
 
 /// One of a shard's shared receive queues (SRQ), one per receive size class: every connection
-/// of that class receives into it, all buffers the same size. It enforces the invariant behind credit-based
-/// flow control: receives posted >= receives promised to peers ("committed"), so a peer that sends only with
-/// credits never finds the queue empty (no RNR; QPs use rnr_retry = 0).
+/// of that class receives into it, all buffers the same size. It enforces the invariant behind
+/// credit-based flow control: receives posted >= receives promised to peers ("committed"), so
+/// a peer that sends only with credits never finds the queue empty (no RNR; QPs use
+/// rnr_retry = 0).
 class shared_receive_queue {
 public:
     /// Creates an SRQ of `max_wr` receives of `buffer_size` bytes on `pd`, keeping `slack`
