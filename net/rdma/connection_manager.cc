@@ -127,6 +127,7 @@ void listener_impl::on_cm_event(const cm_event& ev) noexcept {
 acceptor::acceptor(shard_context& ctx, std::shared_ptr<listener_group> g, const connection_options& opts,
                    unsigned backlog)
     : _ctx(&ctx)
+    , _srq(&ctx.receive_queue_for(opts.recv_buffer_size))
     , _shard(ctx.shard())
     , _id(g_next_acceptor.fetch_add(1))
     , _group(std::move(g))
@@ -200,6 +201,7 @@ future<> acceptor::close() noexcept {
     }
     _closed = true;
     _ctx->remove_acceptor(this);
+    _ctx->release_receive_queue(*_srq); // its pending connections hold the class on their own
     if (_waiter) {
         _waiter->set_exception(_abort ? _abort
                                       : std::make_exception_ptr(connection_error("RDMA listener closed")));
@@ -305,6 +307,14 @@ void acceptor::connection_failed(connection_impl* c) noexcept {
 std::unique_ptr<acceptor> listen_on(const net::socket_address& addr, const connection_options& opts,
                                     int backlog, unsigned accept_backlog) {
     shard_context& ctx = shard_context::local();
+    // The class of the connections it accepts: a bad size or one class too many fails here,
+    // before anything is made (the acceptor holds the class).
+    shared_receive_queue& srq = ctx.receive_queue_for(opts.recv_buffer_size);
+    struct class_hold {
+        shard_context& ctx;
+        shared_receive_queue& q;
+        ~class_hold() { ctx.release_receive_queue(q); }
+    } hold{ctx, srq};
     auto fail = [&](const std::string& what, int err) {
         throw connection_error(
             fmt::format("rdma listen on {}: {}: {}", addr.to_string(), what, std::strerror(err)));
@@ -390,6 +400,7 @@ future<std::shared_ptr<connection_ref>> connect_to(const net::socket_address& ad
 connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const connection_options& opts,
                                  bool active)
     : _ctx(&ctx)
+    , _srq(&ctx.receive_queue_for(opts.recv_buffer_size))
     , _shard(ctx.shard())
     , _id(id)
     , _opts(opts)
@@ -408,7 +419,12 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
         _slots[i].conn = this;
     }
     _max_inline = ctx.dev().capabilities().max_inline_data;
-    _cq = ctx.add_connection(this, _depth);
+    try {
+        _cq = ctx.add_connection(this, _depth);
+    } catch (...) {
+        ctx.release_receive_queue(*_srq); // the destructor does not run
+        throw;
+    }
     _in_context = true;
     _id->context = static_cast<cm_handler*>(this);
     _setup_timer.set_callback(
@@ -466,7 +482,7 @@ void connection_impl::graceful_close() noexcept {
 
 conn_params connection_impl::local_params() const noexcept {
     conn_params p;
-    p.recv_buffer_size = uint32_t(_ctx->srq().buffer_size());
+    p.recv_buffer_size = uint32_t(_srq->buffer_size());
     p.credits = uint16_t(_window);
     p.ctrl_credits = uint16_t(_opts.ctrl_credits);
     p.region = _opts.region;
@@ -477,7 +493,7 @@ void connection_impl::create_qp() {
     ibv_qp_init_attr a{};
     a.send_cq = _cq;
     a.recv_cq = _cq;
-    a.srq = _ctx->srq().srq();
+    a.srq = _srq->srq();
     a.qp_type = IBV_QPT_RC;
     a.sq_sig_all = 0;
     a.cap.max_send_wr = _depth;
@@ -499,9 +515,9 @@ void connection_impl::create_qp() {
     _qp_registered = true;
     // Receives for what the peer may send right away: its credits and control credits.
     unsigned want = _window + _opts.ctrl_credits;
-    unsigned got = _ctx->srq().reserve(want, true);
+    unsigned got = _srq->reserve(want, true);
     if (got < want) {
-        _ctx->srq().release(got);
+        _srq->release(got);
         // (Short: the reason travels in the reject's private data.)
         throw connection_error(
             fmt::format("shard {}: no receive buffers for another connection ({} of {}; pool "
@@ -817,8 +833,10 @@ void connection_impl::destroy_resources() noexcept {
         ++_tail;
         finish_slot(s, s.signaled ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS, nullptr);
     }
-    _ctx->srq().release(_granted + _ctrl_granted);
+    _srq->release(_granted + _ctrl_granted);
     _granted = _ctrl_granted = 0;
+    _ctx->release_receive_queue(*_srq); // its QP is gone, the CQs drained
+    _srq = nullptr;
     if (_id) {
         _id->context = nullptr;
         rdma_destroy_id(_id);

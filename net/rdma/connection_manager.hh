@@ -27,6 +27,7 @@ class connection_impl;
 class connection_ref;
 class listener_impl;
 class acceptor;
+class shared_receive_queue;
 
 /// Every shard that listens on the same address shares one rdma_cm listening id (rdma_cm
 /// cannot bind a port twice). The id lives on the shard that listened first (the owner); each
@@ -95,6 +96,7 @@ public:
 
 private:
     shard_context* _ctx;
+    shared_receive_queue* _srq; // the class of the connections it accepts, held until closed
     unsigned _shard;
     uint64_t _id;
     std::shared_ptr<listener_group> _group;

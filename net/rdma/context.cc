@@ -80,9 +80,10 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
             verbs, _opts.cq_size + _opts.srq_size, _opts.srq_size,
             unsigned(std::max(0, _dev->attributes().orig_attr.max_cqe)), _opts.cq_batch,
             static_cast<internal::cq_poller::hooks&>(*this));
-        _srq = std::make_unique<internal::shared_receive_queue>(
+        _receive_budget.limit = _opts.srq_size;
+        _srqs.push_back(std::make_unique<internal::shared_receive_queue>(
             qp_pd(), *_pool, _opts.srq_size, _opts.recv_buffer_size,
-            static_cast<internal::receive_sink&>(*this), _opts.srq_slack);
+            static_cast<internal::receive_sink&>(*this), _opts.srq_slack, _receive_budget));
         _cm = rdma_create_event_channel();
         if (!_cm) {
             internal::throw_errno("rdma_create_event_channel", errno);
@@ -112,7 +113,7 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
         if (_cm) {
             rdma_destroy_event_channel(_cm);
         }
-        _srq.reset();
+        _srqs.clear();
         _cq.reset();
         _pool.reset();
         if (_parent) {
@@ -138,7 +139,7 @@ shard_context::~shard_context() {
     if (_cm) {
         rdma_destroy_event_channel(_cm);
     }
-    _srq.reset();
+    _srqs.clear();
     _cq.reset();
     bool leak = _pool && _pool->stats().in_use_buffers > 0;
     if (leak) {
@@ -200,8 +201,11 @@ context_stats shard_context::stats() const noexcept {
     s.send_requests = _send_requests;
     s.connections = _connections.size();
     s.cm_events = _cm_events;
-    s.srq_posted = _srq->posted();
-    s.srq_committed = _srq->committed();
+    for (const auto& q : _srqs) {
+        s.srq_class[s.srq_classes++] = {q->buffer_size(), q->posted(), q->committed(), q->slack()};
+        s.srq_posted += q->posted();
+        s.srq_committed += q->committed();
+    }
     s.async_events = _async_events;
     s.last_wqe_events = _last_wqe_events;
     s.last_wqe_timeouts = _last_wqe_timeouts;
@@ -219,7 +223,49 @@ void shard_context::start() {
     if (_async_watcher) {
         _async_watcher->start();
     }
-    _srq->refill(); // the slack, posted once; receives it loses are reposted as they complete
+    _srqs.front()->refill(); // the slack, posted once; receives it loses are reposted as they complete
+}
+
+internal::shared_receive_queue& shard_context::receive_queue_for(size_t requested) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA context");
+    const size_t size = receive_class_size(requested, _opts);
+    std::string in_use;
+    for (const auto& q : _srqs) {
+        if (q->buffer_size() == size) {
+            q->attach();
+            return *q;
+        }
+        in_use += (in_use.empty() ? "" : ", ") + std::to_string(q->buffer_size());
+    }
+    if (_srqs.size() >= max_receive_classes) {
+        throw connection_error(fmt::format("no receive size class of {} bytes on shard {}: it holds the "
+                                           "most it may ({}: {} bytes)",
+                                           size, _shard, max_receive_classes, in_use));
+    }
+    // Same slack as the default class: what one peer sending without credits can have in flight
+    // does not depend on the buffer size, and a small class's slack costs little memory.
+    _srqs.push_back(std::make_unique<internal::shared_receive_queue>(
+        qp_pd(), *_pool, _opts.srq_size, size, static_cast<internal::receive_sink&>(*this), _opts.srq_slack,
+        _receive_budget));
+    ctx_log.debug("shard {}: receive size class of {} bytes (SRQ {} of {})", _shard, size, _srqs.size(),
+                  max_receive_classes);
+    _srqs.back()->refill();
+    _srqs.back()->attach();
+    return *_srqs.back();
+}
+
+void shard_context::release_receive_queue(internal::shared_receive_queue& q) noexcept {
+    q.detach();
+    if (q.users() > 0 || &q == _srqs.front().get()) {
+        return;
+    }
+    // No QP is attached any more and the CQs were drained: no completion names its receives.
+    auto it = std::find_if(_srqs.begin(), _srqs.end(), [&q](const auto& p) { return p.get() == &q; });
+    if (it != _srqs.end()) {
+        ctx_log.debug("shard {}: receive size class of {} bytes unused: freed with its {} receives", _shard,
+                      q.buffer_size(), q.posted());
+        _srqs.erase(it);
+    }
 }
 
 ibv_cq* shard_context::add_connection(internal::connection_impl* c, unsigned send_queue_depth) {
@@ -448,14 +494,18 @@ void shard_context::on_async_event(const internal::async_event& ev) noexcept {
         return;
     }
     if (internal::is_srq_event(ev.type)) {
-        if (ev.srq != _srq->srq()) {
-            return;
-        }
-        if (ev.type == IBV_EVENT_SRQ_LIMIT_REACHED) {
-            ++_srq_limit_events;
-            _srq->refill();
-        } else {
-            fail_device("its shared receive queue of shard " + std::to_string(_shard) + " failed");
+        for (const auto& q : _srqs) {
+            if (ev.srq != q->srq()) {
+                continue;
+            }
+            if (ev.type == IBV_EVENT_SRQ_LIMIT_REACHED) {
+                ++_srq_limit_events;
+                q->refill();
+            } else {
+                fail_device(fmt::format("its shared receive queue of {}-byte receives on shard {} failed",
+                                        q->buffer_size(), _shard));
+            }
+            break;
         }
         return;
     }

@@ -12,6 +12,7 @@
 #include "net/rdma/receive_queue.hh"
 #include "net/rdma/shard_check.hh"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,15 +30,26 @@ class acceptor;
 class listener_impl;
 } // namespace internal
 
+/// One receive size class of a shard: its SRQ's buffer size and receives.
+struct receive_class_stats {
+    size_t buffer_size = 0; ///< bytes of each receive buffer
+    unsigned posted = 0;    ///< receives posted in its SRQ
+    unsigned committed = 0; ///< of which promised to peers as credits
+    unsigned slack = 0;     ///< receives it keeps posted beyond the promised ones
+};
+
 /// Counters of a shard's RDMA context; read them on its shard.
 struct context_stats {
-    internal::cq_stats cq;          ///< completion queue and wake-ups
-    uint64_t post_send_calls = 0;   ///< ibv_post_send calls (each carries a batch of requests)
-    uint64_t send_requests = 0;     ///< send work requests posted
-    uint64_t connections = 0;       ///< connections alive on the shard
-    uint64_t cm_events = 0;         ///< rdma_cm events handled
-    unsigned srq_posted = 0;        ///< receives posted in the SRQ
-    unsigned srq_committed = 0;     ///< of which promised to peers as credits
+    internal::cq_stats cq;        ///< completion queue and wake-ups
+    uint64_t post_send_calls = 0; ///< ibv_post_send calls (each carries a batch of requests)
+    uint64_t send_requests = 0;   ///< send work requests posted
+    uint64_t connections = 0;     ///< connections alive on the shard
+    uint64_t cm_events = 0;       ///< rdma_cm events handled
+    unsigned srq_posted = 0;      ///< receives posted in the SRQs (all size classes)
+    unsigned srq_committed = 0;   ///< of which promised to peers as credits
+    /// The receive size classes in use (`srq_classes` of them; the shard's default first).
+    std::array<receive_class_stats, max_receive_classes> srq_class{};
+    unsigned srq_classes = 0;       ///< receive size classes (SRQs) the shard holds
     uint64_t async_events = 0;      ///< device asynchronous events handled on this shard
     uint64_t last_wqe_events = 0;   ///< QPs whose teardown saw IBV_EVENT_QP_LAST_WQE_REACHED
     uint64_t last_wqe_timeouts = 0; ///< QPs torn down after waiting for it in vain
@@ -49,8 +61,8 @@ struct context_stats {
 
 /// One shard's RDMA resources: a protection domain (on a thread domain / parent domain where
 /// the provider supports it, so it takes no locks), a completion queue with its channel and
-/// poller, a shared receive queue, the registered memory pool, the rdma_cm event channel and
-/// the shard's connections. Created by `rdma::start` on every shard and touched only by its
+/// poller, a shared receive queue per receive size class in use, the registered memory pool, the rdma_cm
+/// event channel and the shard's connections. Created by `rdma::start` on every shard and touched only by its
 /// shard (debug builds check).
 class shard_context final : private internal::cq_poller::hooks, private internal::receive_sink {
 public:
@@ -82,8 +94,24 @@ public:
     ibv_cq* cq() const noexcept { return _cq->cq(); }
     /// True while the poller dispatches a completion (a completion handler runs).
     bool dispatching() const noexcept { return _cq->dispatching(); }
-    /// The shared receive queue of every QP of the shard.
-    internal::shared_receive_queue& srq() noexcept { return *_srq; }
+    /// The shared receive queue of the shard's default receive class
+    /// (`options::recv_buffer_size`), made with the context.
+    internal::shared_receive_queue& srq() noexcept { return *_srqs.front(); }
+    /// The shared receive queue of the receive size class `requested`
+    /// (`connection_options::recv_buffer_size`; 0: the default class), made on first use with
+    /// its slack posted, and counts a user of it (`release_receive_queue` when done). Throws
+    /// std::invalid_argument for a size that is no class (`receive_class_size`),
+    /// connection_error when the shard holds `max_receive_classes` others, rdma_error when the
+    /// SRQ cannot be made.
+    internal::shared_receive_queue& receive_queue_for(size_t requested);
+    /// A user of `q` is done (a listener closed, a connection's QP destroyed and the CQs
+    /// drained). A class other than the default one that has no user left is destroyed, its
+    /// posted receives going back to the pool. Never call it inside a completion dispatch.
+    void release_receive_queue(internal::shared_receive_queue& q) noexcept;
+    /// The shard's shared receive queues, one per receive size class (the default one first).
+    const std::vector<std::unique_ptr<internal::shared_receive_queue>>& receive_queues() const noexcept {
+        return _srqs;
+    }
     /// The shard's registered memory.
     memory_pool& pool() noexcept { return *_pool; }
     /// Whether the device binds memory windows of type 2 (`memory_window`).
@@ -183,7 +211,8 @@ private:
     std::unique_ptr<memory_pool> _pool;
     std::vector<ibv_mw*> _windows; // unbound type-2 windows for reuse
     std::unique_ptr<internal::cq_poller> _cq;
-    std::unique_ptr<internal::shared_receive_queue> _srq;
+    internal::receive_budget _receive_budget; // outlives the SRQs that count against it
+    std::vector<std::unique_ptr<internal::shared_receive_queue>> _srqs; // the default class first
     rdma_event_channel* _cm = nullptr;
     std::unique_ptr<internal::fd_watcher> _cm_watcher;
     std::unique_ptr<internal::fd_watcher> _async_watcher; // shard 0 only

@@ -48,7 +48,7 @@ constexpr const char* error_names[] = {
 };
 static_assert(std::size(error_names) == IBV_WC_TM_RNDV_INCOMPLETE);
 
-/// Completions by opcode, errors by status, per-class pool bytes.
+/// Completions by opcode, errors by status, per-class pool bytes and SRQ receives.
 void publish_labelled(metrics::metric_group& g) {
     for (const auto& o : opcodes) {
         unsigned slot = internal::wc_counts::opcode_index(unsigned(o.op));
@@ -83,6 +83,29 @@ void publish_labelled(metrics::metric_group& g) {
                         return std::nullopt;
                     },
                     {{"class", std::to_string(size)}});
+    }
+    // One series per receive size class (a power of two; the default class's size when it is
+    // not one is only in the totals): receives posted and promised in its SRQ.
+    for (size_t size = min_receive_class; size <= (size_t(64) << 20); size <<= 1) {
+        auto of_class = [size](bool committed) -> metrics::reader {
+            return [size, committed]() -> std::optional<double> {
+                shard_context* c = shard_context::local_or_null();
+                if (!c) {
+                    return std::nullopt;
+                }
+                for (const auto& q : c->receive_queues()) {
+                    if (q->buffer_size() == size) {
+                        return double(committed ? q->committed() : q->posted());
+                    }
+                }
+                return std::nullopt;
+            };
+        };
+        g.add_gauge("shoal_rdma_srq_class_posted", "Receives posted in the SRQ of this receive size class.",
+                    of_class(false), {{"class", std::to_string(size)}});
+        g.add_gauge("shoal_rdma_srq_class_committed",
+                    "Posted receives of this receive size class promised to peers as credits.",
+                    of_class(true), {{"class", std::to_string(size)}});
     }
 }
 
@@ -121,7 +144,7 @@ metrics::metric_group publish_metrics() {
             "QPs torn down after waiting in vain for their last WQE event.",
             [](ctx c) { return c.stats().last_wqe_timeouts; });
     gauge("shoal_rdma_connections", "RDMA connections alive.", [](ctx c) { return c.stats().connections; });
-    gauge("shoal_rdma_srq_posted", "Receives posted in the shared receive queue.",
+    gauge("shoal_rdma_srq_posted", "Receives posted in the shared receive queues (all size classes).",
           [](ctx c) { return c.stats().srq_posted; });
     gauge("shoal_rdma_srq_committed", "Posted receives promised to peers as credits.",
           [](ctx c) { return c.stats().srq_committed; });

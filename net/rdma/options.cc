@@ -53,6 +53,21 @@ options options_from(const app& a) {
     return o;
 }
 
+size_t receive_class_size(size_t requested, const options& o) {
+    if (requested == 0) {
+        return o.recv_buffer_size;
+    }
+    if ((requested & (requested - 1)) != 0 || requested < min_receive_class ||
+        requested > o.pool.max_buffer) {
+        throw std::invalid_argument("connection_options::recv_buffer_size " + std::to_string(requested) +
+                                    " is not a receive size class: a power of two from " +
+                                    std::to_string(min_receive_class) + " to " +
+                                    std::to_string(o.pool.max_buffer) + " (0: the shard's " +
+                                    std::to_string(o.recv_buffer_size) + ")");
+    }
+    return requested;
+}
+
 bool apply_nic_local_option(const app& a, smp_options& smp, std::string_view sysfs_root) {
     if (!a.has("nic-local")) {
         return false;

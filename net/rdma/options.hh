@@ -29,6 +29,14 @@ struct connection_options {
     unsigned idle_credits = 2;
     /// Receives reserved for the peer's credit-only messages.
     unsigned ctrl_credits = 2;
+    /// The connection's receive size class: the size of each receive buffer it promises the
+    /// peer, hence the largest message the peer may send (stream writes are split to it, a
+    /// message connection's messages are bounded by it). 0: the shard's
+    /// `options::recv_buffer_size`. Otherwise a power of two from `min_receive_class` to the
+    /// pool's largest buffer; a shard keeps one shared receive queue per class in use, at most
+    /// `max_receive_classes` (docs/rdma.md, "Limits and scale"). An idle connection pins
+    /// `(idle_credits + ctrl_credits) × recv_buffer_size` of registered memory.
+    size_t recv_buffer_size = 0;
     /// A connection that sent nothing for this long (between one and two of it) while holding
     /// more of the peer's credits than the peer's idle window hands the rest back, so a peer
     /// that bursts and goes quiet does not keep the receiver's buffers pinned. 0: never.
@@ -54,14 +62,17 @@ struct connection_options {
 struct options {
     device_options device;
     pool_options pool;
-    /// Size of every receive buffer of a shard's shared receive queue: the largest message a
-    /// peer may send to this side. Stream writes are split into pieces of at most the peer's size.
+    /// Size of every receive buffer of a shard's default receive class (connections whose
+    /// `connection_options::recv_buffer_size` is 0): the largest message such a peer may send
+    /// to this side. Stream writes are split into pieces of at most the peer's size.
     size_t recv_buffer_size = size_t(64) << 10;
-    /// Receives a shard's SRQ holds at most (bounds credits over all its connections).
+    /// Receives a shard's SRQs hold at most, all size classes together (bounds credits over all
+    /// its connections; every CQ keeps this many entries for receives).
     unsigned srq_size = 8192;
-    /// Receives kept posted beyond those promised to peers (at most half of `srq_size`): a peer
-    /// that sends without credits consumes receives promised to others until its first message
-    /// is polled and it is disconnected. A shoal peer has at most its send queue depth in
+    /// Receives kept posted beyond those promised to peers, in each size class's SRQ (at most
+    /// half of `srq_size`; a 4 KiB class's slack costs 512 KiB at 128): a peer that sends
+    /// without credits consumes receives promised to others until its first message is polled
+    /// and it is disconnected. A shoal peer has at most its send queue depth in
     /// flight, so the default covers one such peer; the SRQ limit event refills the slack when
     /// half of it is gone.
     unsigned srq_slack = 128;
@@ -77,6 +88,17 @@ struct options {
     /// Defaults of connect/listen.
     connection_options connection;
 };
+
+/// Smallest receive size class a connection may ask for (`connection_options::recv_buffer_size`).
+inline constexpr size_t min_receive_class = 256;
+/// Receive size classes (shared receive queues) a shard holds at most, its default one included.
+inline constexpr unsigned max_receive_classes = 4;
+
+/// The receive buffer size a connection with `requested` (`connection_options::recv_buffer_size`)
+/// uses on a shard started with `o`: `o.recv_buffer_size` for 0, else `requested`. Throws
+/// std::invalid_argument naming the value when it is not a power of two from
+/// `min_receive_class` to `o.pool.max_buffer`.
+size_t receive_class_size(size_t requested, const options& o);
 
 /// Declares the RDMA command-line options on `a`: --rdma-device, --rdma-address,
 /// --rdma-gid-index, --rdma-pool-mb, --rdma-recv-buffer, --rdma-credits, --nic-local.

@@ -298,7 +298,7 @@ bool connection_impl::consume_data_credit() noexcept {
         return false; // the peer sent more than it was granted
     }
     --_granted;
-    _ctx->srq().consumed();
+    _srq->consumed();
     return true;
 }
 
@@ -307,7 +307,7 @@ bool connection_impl::consume_ctrl_credit() noexcept {
         return false;
     }
     --_ctrl_granted;
-    _ctx->srq().consumed();
+    _srq->consumed();
     if (++_ctrl_to_return >= _opts.ctrl_credits) {
         need_post(); // the peer used them all: they go back on a message of their own if need be
     }
@@ -342,7 +342,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
     if (wc.status != IBV_WC_SUCCESS) {
         if (_granted > _credits_to_return) {
             --_granted;
-            _ctx->srq().consumed();
+            _srq->consumed();
         }
         close(std::make_exception_ptr(
             connection_closed(fmt::format("RDMA receive on the connection to {}: {}", _peer_addr.to_string(),
@@ -394,7 +394,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             return;
         }
         _granted -= f.credits;
-        _ctx->srq().release(f.credits); // their receives serve other connections' promises
+        _srq->release(f.credits); // their receives serve other connections' promises
         _stats.credits_taken_back += f.credits + 1;
         {
             // Credits granted but not told yet (waiting to ride on a message) are withdrawn too,
@@ -403,7 +403,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             const uint32_t cut = _granted > target ? std::min(_granted - target, _credits_to_return) : 0;
             _granted -= cut;
             _credits_to_return -= cut;
-            _ctx->srq().release(cut);
+            _srq->release(cut);
         }
         _window = _opts.idle_credits;
         _calm = 0;
@@ -467,7 +467,7 @@ void connection_impl::grant_credits() noexcept {
     if (want < std::max(1u, window / 4) && peer_has > window / 2) {
         return;
     }
-    uint32_t got = _ctx->srq().reserve(want);
+    uint32_t got = _srq->reserve(want);
     _granted += got;
     _credits_to_return += got;
     if (got < want && !_starved) {
@@ -512,7 +512,7 @@ bool connection_impl::retry_credits() noexcept {
     }
     uint32_t window = _window;
     uint32_t want = _granted + _unconsumed < window ? window - _granted - _unconsumed : 0;
-    uint32_t got = want ? _ctx->srq().reserve(want) : 0;
+    uint32_t got = want ? _srq->reserve(want) : 0;
     _granted += got;
     _credits_to_return += got;
     if (_credits_to_return) {
@@ -540,7 +540,7 @@ uint32_t connection_impl::take_ctrl_returns() noexcept {
         return 0;
     }
     // Each control message received freed its receive (reposted): promise it again.
-    uint32_t k = _ctx->srq().reserve(std::min(_ctrl_to_return, max_imm_ctrl_credits));
+    uint32_t k = _srq->reserve(std::min(_ctrl_to_return, max_imm_ctrl_credits));
     _ctrl_granted += k;
     _ctrl_to_return -= k;
     return k;

@@ -57,6 +57,7 @@ namespace internal {
 
 class connection_impl;
 class acceptor;
+class shared_receive_queue;
 struct window_state;
 
 /// The user's hold on a connection: the connection lives while a ref does (or until it breaks);
@@ -412,6 +413,7 @@ private:
     void fail_send_waiters() noexcept;
 
     shard_context* _ctx;
+    shared_receive_queue* _srq; // of the connection's receive size class, for life
     unsigned _shard;
     rdma_cm_id* _id;
     ibv_qp* _qp = nullptr;

@@ -13,11 +13,12 @@ logger rq_log("rdma");
 } // namespace
 
 shared_receive_queue::shared_receive_queue(ibv_pd* pd, memory_pool& pool, unsigned max_wr, size_t buffer_size,
-                                           receive_sink& sink, unsigned slack)
+                                           receive_sink& sink, unsigned slack, receive_budget& budget)
     : _pool(pool)
     , _max_wr(max_wr)
     , _buffer_size(buffer_size)
     , _sink(sink)
+    , _budget(budget)
     , _slack(std::min(slack, max_wr / 2)) {
     if (buffer_size > pool.max_buffer_size()) {
         throw rdma_error("receive buffers of " + std::to_string(buffer_size) +
@@ -50,6 +51,7 @@ shared_receive_queue::~shared_receive_queue() {
         rq_log.error("ibv_destroy_srq: {}", std::strerror(rc));
     }
     // Destroying the SRQ discarded the posted receives: their buffers go back to the pool.
+    _budget.posted -= std::min(_posted, _budget.posted);
     for (unsigned i = 0; i < _max_wr; ++i) {
         _slots[i].buf.reset();
     }
@@ -67,12 +69,15 @@ bool shared_receive_queue::post(slot& s) noexcept {
         return false;
     }
     ++_posted;
+    ++_budget.posted;
     return true;
 }
 
 unsigned shared_receive_queue::post_new(unsigned n, bool optional) noexcept {
     // Chained: one ibv_post_srq_recv per batch of up to 16 receives.
     constexpr unsigned batch = 16;
+    // The shard's other SRQs share the CQ room for receives.
+    n = std::min(n, _budget.limit > _budget.posted ? _budget.limit - _budget.posted : 0u);
     unsigned done = 0;
     while (done < n && _free) {
         ibv_recv_wr wrs[batch];
@@ -113,6 +118,7 @@ unsigned shared_receive_queue::post_new(unsigned n, bool optional) noexcept {
             _free = taken[i];
         }
         _posted += posted;
+        _budget.posted += posted;
         done += posted;
         if (posted < k) {
             break;
@@ -137,6 +143,7 @@ void shared_receive_queue::release(unsigned n) noexcept {
 
 void shared_receive_queue::on_complete(slot& s, const ibv_wc& wc) noexcept {
     --_posted;
+    --_budget.posted;
     _sink.on_receive(wc, s.buf);
     if (s.buf && wc.status == IBV_WC_SUCCESS && _posted < _committed + _slack) {
         // Left here (a credit-only message, an immediate, or data nobody reads): reuse it.

@@ -21,16 +21,26 @@ protected:
     ~receive_sink() = default;
 };
 
-/// A shard's shared receive queue (SRQ): every connection of the shard receives into it, all
-/// buffers the same size. It enforces the invariant behind credit-based flow control:
-/// receives posted >= receives promised to peers ("committed"), so a peer that sends only with
-/// credits never finds the queue empty (no RNR; QPs use rnr_retry = 0).
+/// Receives posted over all of a shard's SRQs, bounded: every CQ keeps room for `limit`
+/// receive completions (they may all complete on one CQ), so the SRQs of all size classes
+/// together never post more.
+struct receive_budget {
+    unsigned limit = 0;  ///< receives the shard's SRQs may hold together
+    unsigned posted = 0; ///< receives posted in them now
+};
+
+/// One of a shard's shared receive queues (SRQ), one per receive size class: every connection
+/// of that class receives into it, all buffers the same size. It enforces the invariant behind
+/// credit-based flow control: receives posted >= receives promised to peers ("committed"), so
+/// a peer that sends only with credits never finds the queue empty (no RNR; QPs use
+/// rnr_retry = 0).
 class shared_receive_queue {
 public:
     /// Creates an SRQ of `max_wr` receives of `buffer_size` bytes on `pd`, keeping `slack`
-    /// receives posted beyond those promised. Throws rdma_error.
+    /// receives posted beyond those promised; what it posts counts against `budget` (shared
+    /// with the shard's other SRQs, outliving this one). Throws rdma_error.
     shared_receive_queue(ibv_pd* pd, memory_pool& pool, unsigned max_wr, size_t buffer_size,
-                         receive_sink& sink, unsigned slack);
+                         receive_sink& sink, unsigned slack, receive_budget& budget);
     ~shared_receive_queue();
     shared_receive_queue(const shared_receive_queue&) = delete;
     shared_receive_queue& operator=(const shared_receive_queue&) = delete;
@@ -62,6 +72,12 @@ public:
     void arm_limit() noexcept;
     /// After the limit event: posts up to promised + slack again and re-arms the limit.
     void refill() noexcept;
+    /// Connections and listeners of this size class (the shard frees a class nobody uses).
+    unsigned users() const noexcept { return _users; }
+    /// Counts one more connection or listener of the class.
+    void attach() noexcept { ++_users; }
+    /// Counts one fewer.
+    void detach() noexcept { _users -= _users > 0; }
 
 private:
     struct slot final : completion_handler {
@@ -79,11 +95,13 @@ private:
     unsigned _max_wr;
     size_t _buffer_size;
     receive_sink& _sink;
+    receive_budget& _budget;
     std::unique_ptr<slot[]> _slots;
     slot* _free = nullptr;
     unsigned _posted = 0;
     unsigned _committed = 0;
     unsigned _slack;
+    unsigned _users = 0;
     bool _limit_supported = true;
 };
 

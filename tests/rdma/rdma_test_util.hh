@@ -105,6 +105,38 @@ inline size_t check_pattern(const char* p, size_t n, unsigned seed, size_t from 
     return SIZE_MAX;
 }
 
+/// Writes `size` pattern bytes in writes of `chunk`, then flushes.
+inline future<> write_pattern(net::output_stream& out, size_t size, unsigned seed, size_t chunk) {
+    std::string block(std::min(size, chunk), '\0');
+    for (size_t off = 0; off < size; off += chunk) {
+        size_t n = std::min(chunk, size - off);
+        fill_pattern(block.data(), n, seed, off);
+        co_await out.write(block.data(), n);
+    }
+    co_await out.flush();
+}
+
+/// Reads `size` bytes and checks the pattern; returns the offset of the first bad byte or
+/// SIZE_MAX (and `size + 1` when the stream ended early).
+inline future<size_t> read_pattern(net::input_stream& in, size_t size, unsigned seed) {
+    size_t got = 0;
+    size_t bad = SIZE_MAX;
+    while (got < size) {
+        net::temporary_buffer b = co_await in.read_up_to(size - got);
+        if (b.empty()) {
+            co_return size + 1;
+        }
+        if (bad == SIZE_MAX) {
+            size_t i = check_pattern(b.get(), b.size(), seed, got);
+            if (i != SIZE_MAX) {
+                bad = got + i;
+            }
+        }
+        got += b.size();
+    }
+    co_return bad;
+}
+
 /// Polls `cond` every millisecond until it holds or `timeout` passes; returns whether it held.
 template <typename Cond>
 future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = 5000ms) {
@@ -118,10 +150,10 @@ future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = 5000ms) {
     co_return true;
 }
 
-/// Pool buffers of the calling shard held by anything but the SRQ's posted receives.
+/// Pool buffers of the calling shard held by anything but the SRQs' posted receives.
 inline uint64_t buffers_held() {
     auto& ctx = rdma::shard_context::local();
-    return ctx.pool().stats().in_use_buffers - ctx.srq().posted();
+    return ctx.pool().stats().in_use_buffers - ctx.stats().srq_posted; // every size class
 }
 
 /// Waits until no connection is left on any shard.

@@ -1,14 +1,15 @@
 // Limits and scale (Soft-RoCE guest): the accept backlog and the per-shard connection cap
-// reject with a reason the connecting side sees; one shard holds many idle connections in
-// bounded registered memory; a connection's receive window opens while its peer is busy and
-// closes back to the idle window when it calms down, and a peer that bursts then goes quiet
-// hands the credits above the idle window back.
+// reject with a reason the connecting side sees; one shard holds many idle connections of a
+// small receive size class in bounded registered memory while others stream; a connection's
+// receive window opens while its peer is busy and closes back to the idle window when it calms
+// down, and a peer that bursts then goes quiet hands the credits above the idle window back.
 #include "rdma_test_util.hh"
 
 #include "core/timer.hh"
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 using namespace shoal;
 using namespace shoal::rdma_test;
@@ -43,18 +44,20 @@ future<> connect_many(net::socket_address a, unsigned n, unsigned parallel, rdma
 }
 
 /// A listener on the calling shard offering a small exported region (for WRITE_WITH_IMM) to the
-/// connections it accepts, at most `backlog` of them waiting.
+/// connections it accepts, at most `backlog` of them waiting, of receive size class
+/// `recv_class` (0: the shard's default).
 struct offering_listener {
     rdma::buffer mem;
     rdma::exported_region exported; // revoked before `mem` goes
     rdma::listener l;
 
-    offering_listener(net::socket_address a, unsigned backlog) {
+    offering_listener(net::socket_address a, unsigned backlog, size_t recv_class = 0) {
         auto& ctx = rdma::shard_context::local();
         mem = ctx.pool().allocate(64);
         exported = rdma::export_region(mem, rdma::access::remote_write);
         rdma::listen_options lo;
         lo.connection = ctx.opts().connection;
+        lo.connection->recv_buffer_size = recv_class;
         lo.connection->region = exported.descriptor();
         lo.accept_backlog = backlog;
         l = rdma::listen_rc(a, lo);
@@ -132,7 +135,8 @@ unsigned idle_connection_count() {
     return 1000;
 }
 
-/// What the receive side of shard 0 pins: receives promised to peers and pool memory in use.
+/// What the receive side of shard 0 pins: receives promised to peers (all receive size
+/// classes) and pool memory in use.
 struct footprint {
     unsigned committed;
     uint64_t in_use_bytes;
@@ -143,57 +147,143 @@ struct footprint {
 
 footprint measure() {
     auto& ctx = rdma::shard_context::local();
-    const auto cq = ctx.stats().cq;
-    return {ctx.srq().committed(), ctx.pool().stats().in_use_bytes, ctx.pool().stats().registered_bytes,
-            cq.cqs, cq.entries};
+    const auto st = ctx.stats();
+    return {st.srq_committed, ctx.pool().stats().in_use_bytes, ctx.pool().stats().registered_bytes, st.cq.cqs,
+            st.cq.entries};
+}
+
+/// The receive size class of the many idle connections (SHOAL_RDMA_IDLE_CLASS, 4 KiB).
+size_t idle_class() {
+    if (const char* v = std::getenv("SHOAL_RDMA_IDLE_CLASS")) {
+        return size_t(std::strtoul(v, nullptr, 10));
+    }
+    return 4096;
+}
+
+/// The calling shard's receive size class of `size` bytes (all zero when it has none).
+rdma::receive_class_stats class_stats(size_t size) {
+    const auto st = rdma::shard_context::local().stats();
+    for (unsigned i = 0; i < st.srq_classes; ++i) {
+        if (st.srq_class[i].buffer_size == size) {
+            return st.srq_class[i];
+        }
+    }
+    return {};
+}
+
+/// The options of a connection of receive size class `recv_class` on the calling shard.
+rdma::connection_options of_class(size_t recv_class) {
+    rdma::connection_options co = rdma::shard_context::local().opts().connection;
+    co.recv_buffer_size = recv_class;
+    return co;
+}
+
+/// Accepts one connection on `l` and reads `size` pattern bytes (`seed`) from it to the end of
+/// its stream; returns the offset of the first bad byte or SIZE_MAX (`read_pattern`).
+future<size_t> accept_and_read(rdma::listener& l, size_t size, unsigned seed, size_t peer_class) {
+    rdma::connection c = co_await l.accept();
+    EXPECT_EQ(c.peer_recv_buffer_size(), peer_class);
+    net::connected_socket s = c.socket();
+    net::input_stream in = s.input();
+    size_t bad = co_await read_pattern(in, size, seed);
+    net::temporary_buffer end = co_await in.read();
+    EXPECT_TRUE(end.empty()) << "more than " << size << " bytes";
+    co_return bad;
+}
+
+/// Connects to `a` with receive class `recv_class`, writes `size` pattern bytes (`seed`) and
+/// closes; checks the class the peer advertised.
+future<> connect_and_write(net::socket_address a, size_t recv_class, size_t size, unsigned seed,
+                           size_t peer_class) {
+    rdma::connection c = co_await rdma::connect_rc(a, of_class(recv_class));
+    EXPECT_EQ(c.peer_recv_buffer_size(), peer_class);
+    net::connected_socket s = c.socket();
+    net::output_stream out = s.output();
+    co_await write_pattern(out, size, seed, 256 << 10);
+    co_await out.close();
 }
 
 } // namespace
 
 TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
     const unsigned n = idle_connection_count();
-    // The library's defaults (send queues of 128, 64 KiB receive buffers, the default receive
-    // window, CQ and SRQ sizes): only the device is chosen, and the pool's budget is raised from
-    // 256 MiB to what 1,000 idle windows pin (4 receives × 64 KiB each, 250 MiB, over the
-    // default pool's 85 % watermark: about 870 fit; the watermark test covers refusals).
+    const size_t small = idle_class();
+    // The library's defaults (send queues of 128, 64 KiB default receive class, the default
+    // receive window, CQ and SRQ sizes, the 256 MiB pool): only the device is chosen. The idle
+    // connections take the 4 KiB receive class at both ends (4 receives × 4 KiB each; in the
+    // 64 KiB class about 870 fit the default pool), while on the same shard a 64 KiB-class
+    // connection streams 16 MiB and a 4 KiB-class one 1 MiB.
     rdma::options o;
     o.device.name = env().device;
-    o.pool.max_bytes = size_t(320) << 20;
     const unsigned per_conn = o.connection.idle_credits + o.connection.ctrl_credits;
     int rc = run_rdma(
         2,
-        [n, per_conn]() -> future<> {
+        [n, per_conn, small]() -> future<> {
             const auto a = addr(next_port());
             auto& ctx = rdma::shard_context::local();
-            offering_listener srv(a, n);
-            rdma::listener& l = srv.l;
-            const footprint before = measure();
+            const size_t big = ctx.opts().recv_buffer_size;
+            const uint64_t base_held = buffers_held();
+            const uint64_t base_in_use = ctx.pool().stats().in_use_bytes;
+            const unsigned base_posted = ctx.srq().posted(); // the default class's slack
+            std::optional<offering_listener> srv;
+            srv.emplace(a, n, small);
+            const unsigned classes = small == big ? 1 : 2;
+            EXPECT_EQ(ctx.stats().srq_classes, classes) << "the listener made the small class";
+            const footprint before = measure(); // the small class's slack posted
             auto start = std::chrono::steady_clock::now();
-            co_await submit_to(
-                1, [a, n] { return connect_many(a, n, 16, rdma::shard_context::local().opts().connection); });
+            co_await submit_to(1, [a, n, small] { return connect_many(a, n, 16, of_class(small)); });
             for (unsigned i = 0; i < n; ++i) {
-                shard_connections.push_back(co_await l.accept());
+                shard_connections.push_back(co_await srv->l.accept());
             }
             auto setup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - start);
             EXPECT_EQ(ctx.stats().connections, n);
-            // Idle: each connection holds its idle window and control credits, nothing more.
+            EXPECT_EQ(shard_connections.front().peer_recv_buffer_size(), small);
+            // Idle: each connection holds its idle window and control credits, nothing more,
+            // all of them in the small class.
             RDMA_CHECK(
                 co_await eventually([&] { return measure().committed == before.committed + n * per_conn; }));
             const footprint idle = measure();
-            const size_t rb = ctx.srq().buffer_size();
-            const uint64_t bound = uint64_t(n * per_conn + ctx.srq().slack()) * rb;
-            EXPECT_LE(idle.in_use_bytes - before.in_use_bytes, bound);
-            std::printf("%u idle connections on one shard (set up in %lld ms): %u receives promised, "
-                        "%llu KiB of pool memory in use (%llu B per connection), %llu MiB registered, "
-                        "%llu CQs of %llu entries in all\n",
-                        n, (long long)setup_ms.count(), idle.committed - before.committed,
-                        (unsigned long long)((idle.in_use_bytes - before.in_use_bytes) >> 10),
-                        (unsigned long long)((idle.in_use_bytes - before.in_use_bytes) / n),
-                        (unsigned long long)(idle.registered_bytes >> 20), (unsigned long long)idle.cqs,
-                        (unsigned long long)idle.cq_entries);
+            EXPECT_EQ(class_stats(small).committed, n * per_conn);
+            if (small != big) {
+                EXPECT_EQ(class_stats(big).committed, 0u) << "nothing promised in the 64 KiB class";
+            }
+            // Pool memory in use over the connections, the class's SRQ and slack included.
+            const uint64_t per_conn_bytes = (idle.in_use_bytes - base_in_use) / n;
+            EXPECT_LE(per_conn_bytes, per_conn * small + ctx.opts().srq_slack * small / n);
+            if (small <= 4096) {
+                EXPECT_LE(per_conn_bytes, 20u << 10) << "pinned pool memory per 4 KiB-class connection";
+            }
+            std::printf("%u idle %zu B-class connections on one shard (set up in %lld ms): %u receives "
+                        "promised, %llu KiB of pool memory in use (%llu B per connection), %llu MiB "
+                        "registered, %llu CQs of %llu entries in all\n",
+                        n, small, (long long)setup_ms.count(), idle.committed - before.committed,
+                        (unsigned long long)((idle.in_use_bytes - base_in_use) >> 10),
+                        (unsigned long long)per_conn_bytes, (unsigned long long)(idle.registered_bytes >> 20),
+                        (unsigned long long)idle.cqs, (unsigned long long)idle.cq_entries);
 
-            // They work: a WRITE over each of the first few (each QP, each rkey check).
+            // Streams on the same shard while they idle: 16 MiB in the 64 KiB class, 1 MiB in
+            // the 4 KiB class, each written by shard 1 (same class) and checked here.
+            const auto ab = addr(next_port());
+            const auto as = addr(next_port());
+            rdma::listener lb = rdma::listen_rc(ab);
+            rdma::listen_options slo;
+            slo.connection = of_class(small);
+            rdma::listener ls = rdma::listen_rc(as, slo);
+            auto read_big = accept_and_read(lb, 16 << 20, 5, big);
+            auto read_small = accept_and_read(ls, 1 << 20, 6, small);
+            future<> writers = submit_to(1, [ab, as, big, small] {
+                std::vector<future<>> w;
+                w.push_back(connect_and_write(ab, 0, 16 << 20, 5, big));
+                w.push_back(connect_and_write(as, small, 1 << 20, 6, small));
+                return when_all_succeed(std::move(w));
+            });
+            EXPECT_EQ(co_await std::move(read_big), SIZE_MAX) << "16 MiB in the 64 KiB class";
+            EXPECT_EQ(co_await std::move(read_small), SIZE_MAX) << "1 MiB in the small class";
+            co_await std::move(writers);
+            EXPECT_EQ(ctx.stats().srq_classes, classes);
+
+            // The idle ones work: a WRITE over each of the first few (each QP, each rkey check).
             co_await submit_to(1, []() -> future<> {
                 rdma::buffer src = rdma::shard_context::local().pool().allocate(64);
                 for (unsigned c = 0; c < 8 && c < shard_connections.size(); ++c) {
@@ -203,8 +293,30 @@ TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
             });
             co_await submit_to(1, [] { shard_connections.clear(); });
             shard_connections.clear();
-            srv.exported.revoke();
+            srv->exported.revoke();
+            srv.reset();
+            lb = rdma::listener();
+            ls = rdma::listener();
             EXPECT_TRUE(co_await all_connections_gone(30s));
+            // The 4 KiB class, unused, was freed with its receives; no buffer is held but the
+            // default class's receives, of which those posted for the 64 KiB stream's window stay
+            // posted (verbs cannot take a posted receive back; the next windows use them).
+            RDMA_CHECK(co_await eventually([&] { return ctx.stats().srq_classes == 1; }));
+            EXPECT_EQ(buffers_held(), base_held);
+            EXPECT_EQ(ctx.srq().committed(), 0u);
+            EXPECT_EQ(ctx.pool().stats().in_use_bytes - uint64_t(ctx.srq().posted()) * big,
+                      base_in_use - uint64_t(base_posted) * big);
+            if (small != big) {
+                EXPECT_LE(ctx.srq().posted(),
+                          base_posted + ctx.opts().connection.credits + ctx.opts().connection.ctrl_credits);
+            }
+            std::printf("after closing: pool in use %llu KiB (baseline %llu KiB), %u 64 KiB receives posted "
+                        "(baseline %u)\n",
+                        (unsigned long long)(ctx.pool().stats().in_use_bytes >> 10),
+                        (unsigned long long)(base_in_use >> 10), ctx.srq().posted(), base_posted);
+            co_await submit_to(1, [] {
+                EXPECT_EQ(rdma::shard_context::local().stats().srq_classes, 1u) << "shard 1 freed its class";
+            });
         },
         o);
     EXPECT_EQ(rc, 0);

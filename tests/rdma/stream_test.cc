@@ -86,38 +86,6 @@ future<> stop_echo_server() {
     srv.running = std::make_unique<gate>();
 }
 
-/// Writes `size` pattern bytes in writes of `chunk`, then flushes.
-future<> write_pattern(net::output_stream& out, size_t size, unsigned seed, size_t chunk) {
-    std::string block(std::min(size, chunk), '\0');
-    for (size_t off = 0; off < size; off += chunk) {
-        size_t n = std::min(chunk, size - off);
-        fill_pattern(block.data(), n, seed, off);
-        co_await out.write(block.data(), n);
-    }
-    co_await out.flush();
-}
-
-/// Reads `size` bytes and checks the pattern; returns the offset of the first bad byte or
-/// SIZE_MAX (and `size + 1` when the stream ended early).
-future<size_t> read_pattern(net::input_stream& in, size_t size, unsigned seed) {
-    size_t got = 0;
-    size_t bad = SIZE_MAX;
-    while (got < size) {
-        net::temporary_buffer b = co_await in.read_up_to(size - got);
-        if (b.empty()) {
-            co_return size + 1;
-        }
-        if (bad == SIZE_MAX) {
-            size_t i = check_pattern(b.get(), b.size(), seed, got);
-            if (i != SIZE_MAX) {
-                bad = got + i;
-            }
-        }
-        got += b.size();
-    }
-    co_return bad;
-}
-
 pid_t spawn_peer(const std::string& mode, const std::string& address) {
     std::string self = "/proc/self/exe";
     std::string arg = "--peer=" + mode;
