@@ -504,9 +504,16 @@ void connection_impl::create_qp() {
     a.cap.max_recv_sge = 1;
     a.cap.max_inline_data = _max_inline;
     if (rdma_create_qp(_id, _ctx->qp_pd(), &a) != 0) {
-        throw rdma_error(errno_text(fmt::format("rdma_create_qp (send queue {}, {} send SGEs, inline {})",
-                                                _depth, a.cap.max_send_sge, _max_inline),
-                                    errno));
+        const int err = errno;
+        // What librdmacm and the kernel check, for a failure that is otherwise only "EINVAL": the
+        // id's device context against the PD's, a QP already on the id, the CQ's size.
+        throw rdma_error(errno_text(
+            fmt::format("rdma_create_qp (send queue {}, {} send SGEs, inline {}; id on {} device context, "
+                        "{}CQ of {} entries, {} connections on the shard)",
+                        _depth, a.cap.max_send_sge, _max_inline,
+                        _id->verbs == _ctx->qp_pd()->context ? "the PD's" : "ANOTHER",
+                        _id->qp ? "a QP already on the id, " : "", _cq->cqe, _ctx->stats().connections),
+            err));
     }
     _qp = _id->qp;
     _max_inline = a.cap.max_inline_data;
