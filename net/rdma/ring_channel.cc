@@ -938,8 +938,10 @@ private:
         }
     }
 
-    /// Stages queued sends while they fit, then posts them as one batch.
+    /// Stages queued entries while they fit (a write resolves once staged, a flush waits for
+    /// what is staged before it), then posts them as one batch.
     void drain() {
+        bool writer_resumed = false;
         while (!_queue.empty() && !_error) {
             pending& p = _queue.front();
             if (p.kind == pending_kind::flush) {
@@ -950,10 +952,18 @@ private:
                 _done.push_back(done{_w, std::move(p.done)});
             } else {
                 p.done.set_value(); // a write: its bytes are staged
+                writer_resumed = true;
             }
             _queue.pop_front();
         }
-        flush();
+        if (writer_resumed && _queue.empty()) {
+            // A writer waited for room and resumes next: its further writes join this batch
+            // (the flush task runs after it), so a writer that waits for each record does not
+            // post batches of one.
+            schedule_flush();
+        } else {
+            flush(); // before a wait request, every staged entry must be posted
+        }
     }
 
     /// The read index the consumer must reach before the head of the queue can progress (its
