@@ -157,12 +157,33 @@ future<double> measure_stream_bw(net::socket_address a, size_t size, double seco
     co_return double(bytes) / secs / 1e6;
 }
 
-/// Messages per second `ps` (taken in turn, `inflight_max` sends in flight in all) get into
-/// their consumers' rings in `seconds`.
+/// The ring rows use `ring_producer::send` (a future per record, `--ring-depth` in flight)
+/// instead of `write` + `flush` (`--ring-send`).
+bool ring_use_send = false;
+
+/// Messages per second `ps` (taken in turn) get into their consumers' rings in `seconds`:
+/// `write` each (a ready future while there is room), then `flush` every producer; or, with
+/// `ring_use_send`, `send` with `inflight_max` futures in flight in all.
 future<double> ring_send_rate(std::vector<rdma::ring_producer>& ps, size_t size, double seconds,
                               size_t inflight_max) {
     std::string msg(size, 'r');
     uint64_t n = 0;
+    if (!ring_use_send) {
+        const std::span<const char> m(msg.data(), msg.size());
+        auto start = clk::now();
+        auto end = start + std::chrono::duration<double>(seconds);
+        size_t next = 0;
+        while (clk::now() < end) {
+            co_await ps[next].write(m);
+            next = (next + 1) % ps.size();
+            ++n;
+        }
+        for (auto& p : ps) {
+            co_await p.flush();
+        }
+        double secs = std::chrono::duration<double>(clk::now() - start).count();
+        co_return double(n) / secs;
+    }
     std::deque<future<>> inflight;
     auto start = clk::now();
     auto end = start + std::chrono::duration<double>(seconds);
@@ -293,7 +314,8 @@ int main(int argc, char** argv) {
     a.add_option("seconds", "seconds per throughput run", "3");
     a.add_option("sizes", "round-trip sizes", "128,4K,64K");
     a.add_option("bw-size", "throughput message size", "1M");
-    a.add_option("ring-depth", "ring channel sends in flight", "1024");
+    a.add_option("ring-depth", "ring channel sends in flight (--ring-send)", "1024");
+    a.add_flag("ring-send", "ring rows: send (a future per record) instead of write + flush");
     a.add_flag("json", "print JSON");
     a.add_flag("ring-poll", "ring consumers poll their commit index (ring_consumer_options::poll)");
     a.add_option("server-shard", "shard of the servers (the client runs on shard 0)", "1");
@@ -303,6 +325,7 @@ int main(int argc, char** argv) {
     smp_options so = a.engine_options();
     const unsigned server_shard = unsigned(a.get_size("server-shard"));
     ring_opts.poll = a.has("ring-poll");
+    ring_use_send = a.has("ring-send");
     so.smp = std::max(server_shard + 1, so.smp);
     so.handle_signals = false;
     return run_shards(so, [&]() -> future<int> {
@@ -419,7 +442,8 @@ int main(int argc, char** argv) {
                 std::printf("%s{\"size\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}",
                             i ? ", " : "", lat[i].size, lat[i].median_us, lat[i].p99_us, lat[i].mean_us);
             }
-            std::printf("], \"ring_polls\": %s, \"ring_vs_stream\": [", ring_opts.poll ? "true" : "false");
+            std::printf("], \"ring_polls\": %s, \"ring_api\": \"%s\", \"ring_vs_stream\": [",
+                        ring_opts.poll ? "true" : "false", ring_use_send ? "send" : "write");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
                 std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
                             "\"ring_doorbells_per_msg\": %.3f}",
@@ -445,8 +469,10 @@ int main(int argc, char** argv) {
             std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
                         write_mbps);
             std::printf("%-28s %14s %14s %8s %12s\n",
-                        ring_opts.poll ? "one way, records (ring polls)" : "one way, records", "ring msg/s",
-                        "stream msg/s", "ring/str", "imm/record");
+                        fmt::format("one way, records ({}{})", ring_use_send ? "send" : "write",
+                                    ring_opts.poll ? ", polls" : "")
+                            .c_str(),
+                        "ring msg/s", "stream msg/s", "ring/str", "imm/record");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
                 std::printf("%-28s %14.0f %14.0f %8.2f %12.3f\n",
                             fmt::format("  {} B", ring_sizes[i]).c_str(), ring_rows[i].first,

@@ -604,6 +604,7 @@ public:
     void resume_at(uint64_t w, uint64_t r, uint64_t records, bool consumer_polls) {
         _w = w;
         _posted = w;
+        _acked = w;
         _rung = w;
         _r = r;
         _resume_record = records;
@@ -617,14 +618,8 @@ public:
 
     future<> send(std::span<const char> msg) {
         SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
-        if (msg.size() > max_message_size()) {
-            return make_exception_future<>(std::invalid_argument(fmt::format(
-                "ring_producer::send: a {}-byte message does not fit a ring of {} bytes (at most {} "
-                "bytes per message)",
-                msg.size(), _cap, max_message_size())));
-        }
-        if (_error) {
-            return make_exception_future<>(_error);
+        if (std::exception_ptr ex = refuse(msg, "send")) {
+            return make_exception_future<>(std::move(ex));
         }
         if (!_pumping && stage(msg)) {
             _done.push_back(done{_w, promise<>()});
@@ -632,13 +627,43 @@ public:
             schedule_flush();
             return f;
         }
-        ++_stats.queued;
-        _queue.push_back(pending{msg, promise<>()});
-        future<> f = _queue.back().done.get_future();
-        if (!_pumping) {
-            start_pump();
+        return enqueue(msg, pending_kind::send);
+    }
+
+    bool try_write(std::span<const char> msg) {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
+        if (std::exception_ptr ex = refuse(msg, "try_write")) {
+            std::rethrow_exception(ex);
         }
-        return f;
+        return stage_for_batch(msg);
+    }
+
+    future<> write(std::span<const char> msg) {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
+        if (std::exception_ptr ex = refuse(msg, "write")) {
+            return make_exception_future<>(std::move(ex));
+        }
+        if (stage_for_batch(msg)) {
+            return make_ready_future<>();
+        }
+        return enqueue(msg, pending_kind::write);
+    }
+
+    future<> flushed() {
+        SHOAL_RDMA_CHECK_SHARD(_shard, "ring producer");
+        if (_error) {
+            return make_exception_future<>(_error);
+        }
+        if (!_queue.empty()) {
+            _queue.push_back(pending{{}, promise<>(), pending_kind::flush});
+            return _queue.back().done.get_future();
+        }
+        if (_acked >= _w) {
+            return make_ready_future<>();
+        }
+        schedule_flush(); // a wrap marker may be staged alone (a try_write that found no room)
+        _done.push_back(done{_w, promise<>()});
+        return _done.back().pr.get_future();
     }
 
     /// The handle went away: queued sends fail, the connection closes.
@@ -662,10 +687,55 @@ public:
     uint32_t lkey() const noexcept { return _mr.lkey(); }
 
 private:
+    /// What an entry of `_queue` waits for: a send resolves once its record is in the
+    /// consumer's memory, a write once it was staged (copied), a flush once everything before
+    /// it is in the consumer's memory.
+    enum class pending_kind : uint8_t { send, write, flush };
     struct pending {
         std::span<const char> msg;
         promise<> done;
+        pending_kind kind;
     };
+
+    /// Why `msg` cannot be taken now (too large for the ring, or the connection failed).
+    std::exception_ptr refuse(std::span<const char> msg, const char* op) const {
+        if (msg.size() > max_message_size()) {
+            return std::make_exception_ptr(std::invalid_argument(fmt::format(
+                "ring_producer::{}: a {}-byte message does not fit a ring of {} bytes (at most {} "
+                "bytes per message)",
+                op, msg.size(), _cap, max_message_size())));
+        }
+        return _error;
+    }
+
+    /// Stages `msg` for this iteration's batch when nothing waits and the ring has room.
+    bool stage_for_batch(std::span<const char> msg) noexcept {
+        if (_pumping || !stage(msg)) {
+            return false;
+        }
+        schedule_flush();
+        return true;
+    }
+
+    /// Queues `msg` behind the entries waiting for room and starts the pump.
+    future<> enqueue(std::span<const char> msg, pending_kind kind) {
+        ++_stats.queued;
+        _queue.push_back(pending{msg, promise<>(), kind});
+        future<> f = _queue.back().done.get_future();
+        if (!_pumping) {
+            start_pump();
+        }
+        return f;
+    }
+
+    /// A flush reached the head of the queue: resolved once everything staged so far completed.
+    void settle_flush(promise<> pr) {
+        if (_acked >= _w) {
+            pr.set_value();
+        } else {
+            _done.push_back(done{_w, std::move(pr)});
+        }
+    }
     /// A staged or posted send: resolved once the write carrying its entry completed.
     struct done {
         uint64_t end;
@@ -857,6 +927,7 @@ private:
             self->fail(std::current_exception());
             co_return;
         }
+        self->_acked = std::max(self->_acked, end);
         while (!self->_done.empty() && self->_done.front().end <= end) {
             self->_done.front().pr.set_value();
             self->_done.pop_front();
@@ -867,16 +938,32 @@ private:
         }
     }
 
-    /// Stages queued sends while they fit, then posts them as one batch.
+    /// Stages queued entries while they fit (a write resolves once staged, a flush waits for
+    /// what is staged before it), then posts them as one batch.
     void drain() {
+        bool writer_resumed = false;
         while (!_queue.empty() && !_error) {
-            if (!stage(_queue.front().msg)) {
+            pending& p = _queue.front();
+            if (p.kind == pending_kind::flush) {
+                settle_flush(std::move(p.done));
+            } else if (!stage(p.msg)) {
                 break;
+            } else if (p.kind == pending_kind::send) {
+                _done.push_back(done{_w, std::move(p.done)});
+            } else {
+                p.done.set_value(); // a write: its bytes are staged
+                writer_resumed = true;
             }
-            _done.push_back(done{_w, std::move(_queue.front().done)});
             _queue.pop_front();
         }
-        flush();
+        if (writer_resumed && _queue.empty()) {
+            // A writer waited for room and resumes next: its further writes join this batch
+            // (the flush task runs after it), so a writer that waits for each record does not
+            // post batches of one.
+            schedule_flush();
+        } else {
+            flush(); // before a wait request, every staged entry must be posted
+        }
     }
 
     /// The read index the consumer must reach before the head of the queue can progress (its
@@ -963,6 +1050,7 @@ private:
     memory_region _mr;           // destroyed before _mem
     uint64_t _w = 0;             // end of what this producer staged
     uint64_t _posted = 0;        // end of what this producer posted (announced by a doorbell)
+    uint64_t _acked = 0;         // end of the last batch whose write completed
     uint64_t _r = 0;             // the consumer's read index, as last seen
     uint64_t _resume_record = 0; // messages announced before this producer (from the header)
     std::deque<pending> _queue;
@@ -1116,6 +1204,15 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
 
 future<> ring_producer::send(std::span<const char> msg) {
     return _s->send(msg);
+}
+bool ring_producer::try_write(std::span<const char> msg) {
+    return _s->try_write(msg);
+}
+future<> ring_producer::write(std::span<const char> msg) {
+    return _s->write(msg);
+}
+future<> ring_producer::flush() {
+    return _s->flushed();
 }
 size_t ring_producer::max_message_size() const noexcept {
     return _s->max_message_size();

@@ -207,6 +207,27 @@ public:
     /// memory. A message larger than the ring fails at once with std::invalid_argument and
     /// changes nothing; a broken connection fails it with the connection's error.
     future<> send(std::span<const char> msg);
+    /// Copies `msg` (0 to `max_message_size()` bytes) into the staging area and adds it to this
+    /// iteration's batch, like `send` but without a future: true when taken (`msg` may be
+    /// reused at once); false, taking nothing, when the ring has no room by the cached read
+    /// index or earlier records wait for room — then call `write` or `send`, which wait (a
+    /// wrap marker may have been staged; it is harmless). Throws std::invalid_argument for a
+    /// message larger than the ring and the connection's error once it broke.
+    bool try_write(std::span<const char> msg);
+    /// `try_write`, waiting for room: a ready future (no allocation) when the record was
+    /// taken at once, else one that resolves when it was copied into the staging area (keep
+    /// `msg` valid until then). Records of `write`, `try_write` and `send` keep their call
+    /// order. Resolving says nothing about delivery: `flush` does. Fails at once with
+    /// std::invalid_argument for a message larger than the ring, with the connection's error
+    /// once it broke.
+    future<> write(std::span<const char> msg);
+    /// Resolves once every record taken before it (by `write`, `try_write` or `send`, also
+    /// those still waiting for room) is in the consumer's memory and announced, so the
+    /// consumer delivers it even if the connection breaks afterwards. One promise per call,
+    /// none per record; a ready future when nothing is outstanding. A broken connection fails
+    /// it (and every later call) with the connection's error: then the records since the last
+    /// flush that resolved may or may not have arrived (`resume_record` of a new producer says).
+    future<> flush();
     /// The largest message the ring takes.
     size_t max_message_size() const noexcept;
     /// Sends waiting for room in the ring.
