@@ -910,6 +910,11 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
                 EXPECT_FALSE(waiting.available());
                 const uint64_t sleeps = local_reactor().stats().sleeps;
                 co_await sleep(std::chrono::milliseconds(20 + rng() % 20));
+                // Until the shard slept: under load the timer can expire while the vCPU is
+                // descheduled, before the shard idled long enough to sleep (a test flake).
+                for (int i = 0; i < 50 && local_reactor().stats().sleeps == sleeps; ++i) {
+                    co_await sleep(20ms);
+                }
                 EXPECT_GT(local_reactor().stats().sleeps, sleeps)
                     << "round " << round << ": the shard never slept";
                 const uint32_t n = 1 + rng() % 3;
