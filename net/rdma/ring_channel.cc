@@ -12,10 +12,11 @@
 //   carrying its encoded write index); `open` waits for it before it READs the header, so the
 //   indices and the record count it resumes at are final.
 // - Polling ring (the header's flags say so): a batch is its WRITE(s) and then an 8-byte WRITE
-//   of its end into the header's commit index, which the consumer polls; no immediate, except a
-//   doorbell the consumer asked for before sleeping (a wake request: zero-length WRITE_WITH_IMM
-//   on the doorbell tag, consumer to producer, carrying the encoded commit index it saw; see
-//   ring_consumer_state::try_arm). There a doorbell is only a wake-up: its value is not decoded.
+//   of its end into the header's commit index (sealed: `seal`), which the consumer polls; no
+//   immediate, except a doorbell the consumer asked for before sleeping (a wake request:
+//   zero-length WRITE_WITH_IMM on the doorbell tag, consumer to producer, carrying the encoded
+//   commit index it saw; see ring_consumer_state::try_arm). There a doorbell is only a wake-up:
+//   its value is not decoded.
 // - Back-pressure: the producer keeps a cached read index; when an entry does not fit it READs
 //   the consumer's read index, and if the ring is still full it sends a wait request (a
 //   zero-length WRITE_WITH_IMM on the wait tag carrying the encoded read index it needs). The
@@ -54,6 +55,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -87,6 +89,24 @@ uint64_t ahead(uint64_t ref, uint32_t value) noexcept {
 /// Bytes from `ref` back to the previous index that encodes as `value` (0 to index_span - 8).
 uint64_t behind(uint64_t ref, uint32_t value) noexcept {
     return uint64_t((encode(ref) - value) & immediate_channel::max_value) << index_unit_bits;
+}
+
+/// The sealed form of `index` (a multiple of 8) in the header's read and commit index words:
+/// the index in 8-byte units mod 2^32, and above it their complement (ring_layout).
+uint64_t seal(uint64_t index) noexcept {
+    const uint32_t units = uint32_t(index >> index_unit_bits);
+    return uint64_t(units) | (uint64_t(~units) << 32);
+}
+
+/// The index a sealed word names, decoded as the one nearest `near` (they are less than 2^34
+/// bytes apart: at most a capacity); nothing when the word is torn (its halves do not match).
+std::optional<uint64_t> unseal(uint64_t word, uint64_t near) noexcept {
+    const uint32_t units = uint32_t(word);
+    if (uint32_t(word >> 32) != ~units) {
+        return std::nullopt;
+    }
+    const int32_t d = int32_t(units - uint32_t(near >> index_unit_bits));
+    return near + uint64_t(int64_t(d) * (int64_t(1) << index_unit_bits));
 }
 
 void check_tags(ring_tags tags, const char* who) {
@@ -148,6 +168,8 @@ public:
         store(ring_layout::capacity_offset, capacity);
         store(ring_layout::magic_offset, ring_layout::magic);
         store(ring_layout::flags_offset, _polls ? ring_layout::flag_poll : 0);
+        store(ring_layout::read_index_offset, seal(0));
+        store(ring_layout::commit_index_offset, seal(0));
         _exported = export_region(_mem.get(), ring_layout::header_size + capacity,
                                   access::remote_read | access::remote_write);
         if (_polls) {
@@ -179,7 +201,7 @@ public:
             // (refused while usable), so the commit index is final. The new producer resumes
             // at the write index: a commit index above it must never be read again.
             take_commit();
-            commit_word().store(_known_w, std::memory_order_relaxed);
+            commit_word().store(seal(_known_w), std::memory_order_relaxed);
             _wake_asked = false;
         }
         _conn = std::move(c);
@@ -203,8 +225,8 @@ public:
         }
         _known_w = _next = _r = index;
         store(ring_layout::write_index_offset, index);
-        store(ring_layout::read_index_offset, index);
-        store(ring_layout::commit_index_offset, index);
+        store(ring_layout::read_index_offset, seal(index));
+        store(ring_layout::commit_index_offset, seal(index));
     }
 
     std::optional<std::span<const char>> try_receive() {
@@ -393,10 +415,13 @@ private:
     /// Polling ring: takes the batches up to the commit index, if it moved (not delivered).
     /// The acquire load orders the reads of their entries after it.
     bool take_commit() {
-        const uint64_t c = commit_word().load(std::memory_order_acquire);
-        if (c <= _known_w) {
+        // A torn word (the producer's WRITE is being placed) is read again at the next look.
+        const std::optional<uint64_t> sealed =
+            unseal(commit_word().load(std::memory_order_acquire), _known_w);
+        if (!sealed || *sealed <= _known_w) {
             return false;
         }
+        const uint64_t c = *sealed;
         if ((c & 7) != 0 || c - _r > _cap) {
             broken(
                 fmt::format("commit index {} after {} (read index {}, capacity {})", c, _known_w, _r, _cap));
@@ -410,6 +435,7 @@ private:
     /// The entries up to `w` are in the ring: counts their messages and mirrors the write
     /// index and record count into the header.
     void announce(uint64_t w) {
+        _commits[_commits_seen++ % commit_history] = {w, _r};
         for (uint64_t at = _known_w; at < w;) {
             std::optional<entry> e = entry_at(at, w);
             if (!e) {
@@ -456,12 +482,10 @@ private:
             const size_t off = _next & _mask;
             std::optional<entry> e = entry_at(_next, _known_w);
             if (!e) {
-                entry_header h;
-                std::memcpy(&h, _data + off, sizeof(h));
-                broken(fmt::format("bad entry (length {}, kind 0x{:x}) at index {} (write index {})",
-                                   h.length, h.kind, _next, _known_w));
+                broken(bad_entry_report(off));
                 return std::nullopt;
             }
+            _prev_entry = _next;
             _next += e->size;
             if (!e->message) {
                 ++_stats.wraps;
@@ -473,6 +497,35 @@ private:
             return std::span<const char>(_data + off + sizeof(entry_header), e->length);
         }
         return std::nullopt;
+    }
+
+    /// What a protocol error on a bad entry at `off` (of `_next`) says: the entry's header and
+    /// first payload words, the same read again after a short spin (a later read that differs
+    /// means the bytes were not yet placed when the commit index said so), the indices and the
+    /// last commit indices taken, so one failure tells late placement from an overwrite.
+    std::string bad_entry_report(size_t off) const {
+        uint32_t w[4];
+        std::memcpy(w, _data + off, sizeof(w));
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+        std::atomic_thread_fence(std::memory_order_acquire);
+        uint32_t again[4];
+        std::memcpy(again, _data + off, sizeof(again));
+        std::string history;
+        for (size_t i = 0; i < commit_history; ++i) {
+            const auto& c = _commits[(_commits_seen + i) % commit_history];
+            history += fmt::format(" {}@r{}", c.first, c.second);
+        }
+        return fmt::format("bad entry (length {}, kind 0x{:x}) at index {} (write index {}); words {:x} {:x} "
+                           "{:x} {:x}, 2 ms later {:x} {:x} {:x} {:x}; read index {}, commit word {:#x}, "
+                           "previous entry at {}; last indices announced (index@read index):{}",
+                           w[0], w[1], _next, _known_w, w[0], w[1], w[2], w[3], again[0], again[1], again[2],
+                           again[3], _r,
+                           std::atomic_ref<uint64_t>(
+                               const_cast<ring_consumer_state*>(this)->word(ring_layout::commit_index_offset))
+                               .load(std::memory_order_acquire),
+                           _prev_entry, history);
     }
 
     /// An entry as the consumer checked it: its bytes in the ring, whether it is a message
@@ -500,12 +553,14 @@ private:
     }
 
     /// Makes `r` the read index the producer sees; answers a wait request it satisfies. The
-    /// release store orders the reads of the released messages before it; the producer's READ
-    /// of the aligned 8-byte word sees either the old or the new value (NICs, and rxe's copy,
-    /// do not tear an aligned 8-byte word).
+    /// release store orders the reads of the released messages before it. The word is sealed:
+    /// an RDMA READ of it may be torn (rxe copies bytes one by one while this store lands), and
+    /// a torn word must not pass for a larger read index (the producer would overwrite unread
+    /// entries); the producer ignores a word whose halves do not match.
     void publish(uint64_t r) noexcept {
         _r = r;
-        std::atomic_ref<uint64_t>(word(ring_layout::read_index_offset)).store(r, std::memory_order_release);
+        std::atomic_ref<uint64_t>(word(ring_layout::read_index_offset))
+            .store(seal(r), std::memory_order_release);
         if (_push_at && _r >= *_push_at) {
             push();
         }
@@ -578,6 +633,12 @@ private:
     bool _polls;                // polls the commit index (ring_consumer_options::poll)
     bool _wake_asked = false;   // a wake request was sent and no doorbell arrived since
     bool _unregistered = false; // the poller left the reactor
+    // Diagnostics of a bad entry (bad_entry_report): the last commit indices taken, with the
+    // read index then, and the start of the entry before _next.
+    static constexpr size_t commit_history = 8;
+    std::pair<uint64_t, uint64_t> _commits[commit_history] = {};
+    size_t _commits_seen = 0;
+    uint64_t _prev_entry = 0;
     ring_consumer_stats _stats;
 };
 
@@ -855,7 +916,8 @@ private:
             write_ignored(0, to - from - first, 0);
         }
         char* slot = commit_slot(_commit_seq++ % commit_slots);
-        std::memcpy(slot, &to, sizeof(to));
+        const uint64_t sealed = seal(to);
+        std::memcpy(slot, &sealed, sizeof(sealed));
         const local_span src{slot, sizeof(to), _mr.lkey()};
         future<> f = make_ready_future<>();
         if (_wake_asked) {
@@ -1002,9 +1064,13 @@ private:
                 ++s._stats.index_reads;
                 co_await s._conn.read(local_span{s.scratch(), 8, s.lkey()}, s._ring,
                                       ring_layout::read_index_offset);
-                uint64_t r;
-                std::memcpy(&r, s.scratch(), sizeof(r));
-                s.update_read_index(r);
+                uint64_t word;
+                std::memcpy(&word, s.scratch(), sizeof(word));
+                // A torn word (read while the consumer moved it) says nothing: the wait
+                // request below learns the read index from an immediate.
+                if (std::optional<uint64_t> r = unseal(word, s._w)) {
+                    s.update_read_index(*r);
+                }
                 s.drain();
                 if (s._queue.empty() || s._error) {
                     break;
@@ -1185,6 +1251,9 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
     uint64_t w, r, capacity, magic, records, flags;
     std::memcpy(&w, header + ring_layout::write_index_offset, 8);
     std::memcpy(&r, header + ring_layout::read_index_offset, 8);
+    // The read index may be moving (the consumer still releases messages): a torn word gives
+    // the lowest index it can be, a capacity behind the write index (the first send READs it).
+    r = internal::unseal(r, w).value_or(w >= cap ? w - cap : 0);
     std::memcpy(&capacity, header + ring_layout::capacity_offset, 8);
     std::memcpy(&magic, header + ring_layout::magic_offset, 8);
     std::memcpy(&records, header + ring_layout::records_offset, 8);

@@ -34,7 +34,9 @@ struct ring_layout {
     static constexpr size_t header_size = 64;
     /// Offset of the write index (end of the last entry whose doorbell the consumer took).
     static constexpr size_t write_index_offset = 0;
-    /// Offset of the read index (end of the last entry the consumer released).
+    /// Offset of the read index (end of the last entry the consumer released), *sealed*: the
+    /// producer READs it while the consumer moves it, and rxe copies bytes one by one, so a
+    /// READ can return a torn word (see `commit_index_offset`).
     static constexpr size_t read_index_offset = 8;
     /// Offset of the data area's capacity.
     static constexpr size_t capacity_offset = 16;
@@ -43,15 +45,19 @@ struct ring_layout {
     /// Offset of the count of messages up to the write index (since the ring was created).
     static constexpr size_t records_offset = 32;
     /// Offset of the commit index of a polling ring: the end of the last batch the producer
-    /// wrote, stored by the producer with its own 8-byte WRITE after the batch's data.
+    /// wrote, stored by the producer with its own 8-byte WRITE after the batch's data. Sealed:
+    /// the low 32 bits are the index in 8-byte units (mod 2^32), the high 32 bits their
+    /// complement, so a word read while a WRITE or READ copies it bytewise (rxe does) is
+    /// recognised as torn and read again, never taken for an index.
     static constexpr size_t commit_index_offset = 40;
     /// Offset of the consumer's flags (`flag_poll`), read by `open`.
     static constexpr size_t flags_offset = 48;
     /// The consumer polls `commit_index` and asks for a doorbell only before it sleeps.
     static constexpr uint64_t flag_poll = 1;
-    /// "SHRING03": a ring of this format (a commit index and flags in the header; doorbells on
-    /// tagged immediates). Versions 01 and 02 are refused by `open`, and they refuse this one.
-    static constexpr uint64_t magic = 0x3330474e49524853ULL;
+    /// "SHRING04": a ring of this format (sealed read and commit indices, flags in the header;
+    /// doorbells on tagged immediates). Versions 01 to 03 are refused by `open`, and they
+    /// refuse this one.
+    static constexpr uint64_t magic = 0x3430474e49524853ULL;
     /// Bytes of an entry's header (length + kind); entries are 8-byte aligned.
     static constexpr size_t entry_header_size = 8;
     /// Smallest and largest data area (a power of two in between). The largest is bounded by

@@ -3,6 +3,7 @@
 // connection failing pending operations, and resuming on a new connection.
 #include "rdma_test_util.hh"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -822,6 +823,32 @@ std::string check_small_record(std::span<const char> m, uint32_t seed, uint32_t 
     return {};
 }
 
+/// The producer of a test's polling ring and its connection: on shard 1.
+std::optional<rdma::ring_producer> shard1_producer;
+rdma::connection shard1_connection;
+
+/// Connects shard 1 to `cs`'s listener at `a` and opens `shard1_producer` on that connection.
+future<> open_shard1_producer(consumer_side& cs, net::socket_address a) {
+    auto accepted = cs.accept();
+    co_await submit_to(1, [a]() -> future<> {
+        shard1_connection = co_await rdma::connect_rc(a);
+        shard1_producer.emplace(
+            co_await rdma::ring_producer::open(shard1_connection, *shard1_connection.peer_region()));
+    });
+    co_await std::move(accepted);
+}
+
+/// Closes both ends of `open_shard1_producer`'s channel; expects every connection gone.
+future<> close_shard1_producer(consumer_side& cs) {
+    co_await submit_to(1, [] {
+        shard1_producer.reset();
+        shard1_connection = rdma::connection();
+    });
+    cs.ring = rdma::ring_consumer();
+    cs.conn = rdma::connection();
+    EXPECT_TRUE(co_await all_connections_gone());
+}
+
 /// Sends small records [first, first + count) through `p`, `depth` in flight.
 future<> send_small_records(rdma::ring_producer& p, uint32_t seed, uint32_t first, uint32_t count,
                             size_t depth) {
@@ -846,14 +873,8 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
             const uint32_t seed = std::random_device{}();
             const auto a = addr(next_port());
             consumer_side cs(capacity, a, true);
-            static std::optional<rdma::ring_producer> prod; // on shard 1
-            static rdma::connection pconn;
-            auto accepted = cs.accept();
-            co_await submit_to(1, [a]() -> future<> {
-                pconn = co_await rdma::connect_rc(a);
-                prod.emplace(co_await rdma::ring_producer::open(pconn, *pconn.peer_region()));
-            });
-            co_await std::move(accepted);
+            static std::optional<rdma::ring_producer>& prod = shard1_producer;
+            co_await open_shard1_producer(cs, a);
 
             // Streaming: the consumer always has a receive pending.
             auto sent = submit_to(1, [seed] { return send_small_records(*prod, seed, 0, total, 64); });
@@ -889,6 +910,11 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
                 EXPECT_FALSE(waiting.available());
                 const uint64_t sleeps = local_reactor().stats().sleeps;
                 co_await sleep(std::chrono::milliseconds(20 + rng() % 20));
+                // Until the shard slept: under load the timer can expire while the vCPU is
+                // descheduled, before the shard idled long enough to sleep (a test flake).
+                for (int i = 0; i < 50 && local_reactor().stats().sleeps == sleeps; ++i) {
+                    co_await sleep(20ms);
+                }
                 EXPECT_GT(local_reactor().stats().sleeps, sleeps)
                     << "round " << round << ": the shard never slept";
                 const uint32_t n = 1 + rng() % 3;
@@ -912,13 +938,7 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
             std::printf("  after 20 sleeps: %lu doorbells, %lu wake requests, %lu polled batches\n",
                         st2.doorbells, st2.wake_requests, st2.polled);
             EXPECT_GT(st2.wake_requests, st.wake_requests);
-            co_await submit_to(1, [] {
-                prod.reset();
-                pconn = rdma::connection();
-            });
-            cs.ring = rdma::ring_consumer();
-            cs.conn = rdma::connection();
-            EXPECT_TRUE(co_await all_connections_gone());
+            co_await close_shard1_producer(cs);
         },
         test_options(), cfg);
     EXPECT_EQ(rc, 0);
@@ -1154,6 +1174,72 @@ TEST(ring_channel, send_write_and_try_write_mixed_keep_their_order) {
         cs.conn = rdma::connection();
         EXPECT_TRUE(co_await all_connections_gone());
         EXPECT_EQ(buffers_held(), 0u);
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(ring_channel, a_polling_consumer_takes_a_torn_commit_word_for_no_index) {
+    // Issue 13 (ring-flake): rxe places the 8-byte commit WRITE byte by byte, so a consumer that
+    // polls can read a word half old commit index, half new (the flake: an index inside an
+    // entry, "bad entry"). Every such mixture, written here by a real RDMA WRITE before the
+    // batch it would announce, must be taken for no index; the batch then arrives intact.
+    int rc = run_rdma(2, []() -> future<> {
+        const auto a = addr(next_port());
+        consumer_side cs(4096, a, true);
+        static std::optional<rdma::ring_producer>& prod = shard1_producer;
+        static rdma::connection& pconn = shard1_connection;
+        co_await open_shard1_producer(cs, a);
+        static std::string first, second;
+        first.assign(40, 'a');    // an entry of 48 bytes: commit index 48
+        second.assign(2032, 'b'); // then one of 2040: 2088, 261 units (two bytes change)
+        co_await submit_to(1, [] { return prod->send({first.data(), first.size()}); });
+        std::span<const char> m = co_await cs.ring.receive();
+        EXPECT_EQ(std::string(m.data(), m.size()), first);
+
+        // The wire format of the commit word (ring_layout::commit_index_offset).
+        auto seal = [](uint64_t index) {
+            const uint32_t units = uint32_t(index >> 3);
+            return uint64_t(units) | (uint64_t(~units) << 32);
+        };
+        const uint64_t old_word = seal(48), new_word = seal(48 + 2040);
+        future<std::span<const char>> waiting = cs.ring.receive();
+        const unsigned torn = co_await submit_to(1, [old_word, new_word]() -> future<unsigned> {
+            static uint64_t words[14];
+            rdma::memory_region mr = rdma::register_memory(words, sizeof(words));
+            unsigned n = 0;
+            for (unsigned k = 1; k < 8; ++k) {
+                // The first k bytes of the new word over the old one, and the last k.
+                std::memcpy(&words[n], &old_word, 8);
+                std::memcpy(&words[n], &new_word, k);
+                ++n;
+                std::memcpy(&words[n], &old_word, 8);
+                std::memcpy(reinterpret_cast<char*>(&words[n]) + 8 - k,
+                            reinterpret_cast<const char*>(&new_word) + 8 - k, k);
+                ++n;
+            }
+            unsigned written = 0;
+            for (unsigned i = 0; i < n; ++i) {
+                if (words[i] == old_word || words[i] == new_word ||
+                    std::find(words, words + i, words[i]) != words + i) {
+                    continue; // not torn, or written already
+                }
+                co_await pconn.write(mr.span(i * 8, 8), *pconn.peer_region(),
+                                     rdma::ring_layout::commit_index_offset);
+                ++written;
+                co_await sleep(2ms); // the consumer polls it meanwhile
+            }
+            co_return written;
+        });
+        EXPECT_GE(torn, 5u) << "distinct torn words written";
+        EXPECT_FALSE(waiting.available()) << "a torn commit word announced something";
+        EXPECT_FALSE(cs.ring.error()) << "a torn commit word broke the ring";
+
+        // The producer's own commit (the last torn word is still there) announces the batch.
+        co_await submit_to(1, [] { return prod->send({second.data(), second.size()}); });
+        m = co_await with_timeout(steady_clock_type::now() + 5s, std::move(waiting));
+        EXPECT_EQ(std::string(m.data(), m.size()), second);
+        EXPECT_FALSE(cs.ring.error());
+        co_await close_shard1_producer(cs);
     });
     EXPECT_EQ(rc, 0);
 }
