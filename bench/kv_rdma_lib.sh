@@ -7,10 +7,13 @@ ip=${SHOAL_RDMA_IP:-10.10.0.1}
 gid=${SHOAL_RDMA_GID_INDEX:-1}
 seconds=${KV_BENCH_SECONDS:-3}
 poll=${KV_BENCH_POLL---poll-mode} # KV_BENCH_POLL= : shards sleep when idle
+# KV_BENCH_SERVER_POLL= : the server's shard sleeps when idle (a cached GET needs no server CPU;
+# a spinning server holds a vCPU the guest kernel's rxe work could use)
+server_poll=${KV_BENCH_SERVER_POLL-$poll}
 server=
 
 start_kv_server() { # start_kv_server [BINARY]: shoal-kv, 1 shard on CPU 1, TCP on 11211, RDMA on 11400
-    stdbuf -oL "${1:-$build/apps/kv/shoal-kv}" -l "$ip" -p 11211 --rdma-port 11400 -m 64 --smp 1 --cpuset 1 $poll \
+    stdbuf -oL "${1:-$build/apps/kv/shoal-kv}" -l "$ip" -p 11211 --rdma-port 11400 -m 64 --smp 1 --cpuset 1 $server_poll \
         >"$out/server.txt" 2>&1 &
     server=$!
     for _ in $(seq 100); do
