@@ -163,15 +163,6 @@ public:
     void remove_listener(internal::listener_impl* l) noexcept;
     /// Polls the CQs until empty (used before tearing a connection down).
     unsigned drain_cq() noexcept { return _cq->drain(); }
-    /// Polls the CQs right after a request was posted at once (counted in `stats().cq`).
-    unsigned drain_cq_after_post() noexcept { return _cq->drain_after_post(); }
-    /// One more (+1) or one fewer (-1) posted one-sided operation awaited by a caller (the CQ
-    /// poller busy-polls for it in poll mode).
-    void awaiting(int delta) noexcept {
-        if (_cq) {
-            _cq->awaiting(delta);
-        }
-    }
     /// Counts one ibv_post_send carrying `requests` work requests.
     void count_post(unsigned requests) noexcept {
         ++_post_send_calls;

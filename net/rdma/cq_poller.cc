@@ -81,7 +81,6 @@ ibv_cq* cq_poller::create(unsigned entries) {
 
 void cq_poller::start() {
     local_reactor().register_poller(this);
-    _spin = local_reactor().config().poll_mode;
     _registered = true;
     _watcher->start();
 }
@@ -105,7 +104,6 @@ unsigned cq_poller::capacity() const noexcept {
 cq_stats cq_poller::stats() const noexcept {
     cq_stats s = _stats;
     s.cqs = _cqs.size();
-    s.awaited = _awaited;
     for (const queue& q : _cqs) {
         s.entries += unsigned(q.cq->cqe);
         s.reserved += q.reserved;
@@ -217,17 +215,9 @@ unsigned cq_poller::drain() noexcept {
     return total;
 }
 
-unsigned cq_poller::drain_after_post() noexcept {
-    ++_stats.after_post;
-    unsigned n = drain();
-    _stats.after_post_hits += n > 0;
-    return n;
-}
-
 bool cq_poller::poll() {
     ++_stats.polls;
     bool work = _hooks.before_poll();
-    bool found = false;
     for (size_t c = 0; c < _cqs.size(); ++c) {
         // Bounded: a flood of completions must not starve the tasks they make ready.
         for (int round = 0; round < 4; ++round) {
@@ -235,35 +225,14 @@ bool cq_poller::poll() {
             if (n == 0) {
                 break;
             }
-            found = true;
+            work = true;
             if (n < _batch) {
                 break;
             }
         }
     }
-    if (!found && _spin && _awaited > 0) {
-        found = spin_for_awaited();
-    }
-    work |= found;
     work |= _hooks.after_poll();
     return work;
-}
-
-bool cq_poller::spin_for_awaited() noexcept {
-    // Only the CQs are polled, for at most the budget: a one-sided operation completes within
-    // microseconds of its post (rxe: inside the responder's kernel path), and going round the
-    // reactor's other pollers first costs several (measured: issue 12, docs/performance.md).
-    ++_stats.spins;
-    auto deadline = std::chrono::steady_clock::now() + spin_budget;
-    do {
-        for (size_t c = 0; c < _cqs.size(); ++c) {
-            if (poll_batch(_cqs[c]) > 0) {
-                ++_stats.spin_hits;
-                return true;
-            }
-        }
-    } while (std::chrono::steady_clock::now() < deadline);
-    return false;
 }
 
 bool cq_poller::try_arm() {

@@ -4,7 +4,6 @@
 #include "core/reactor.hh"
 #include "net/rdma/fd_watcher.hh"
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -15,19 +14,14 @@ namespace shoal::net::rdma::internal {
 
 /// Counters of a shard's completion queue and its wake-ups; read them on its shard.
 struct cq_stats {
-    uint64_t polls = 0;           ///< poll rounds (reactor polls and re-checks)
-    uint64_t completions = 0;     ///< completions dispatched
-    uint64_t arms = 0;            ///< ibv_req_notify_cq calls (before the shard sleeps)
-    uint64_t cq_events = 0;       ///< completion-channel events: the shard was woken by a completion
-    uint64_t resizes = 0;         ///< times a CQ grew
-    uint64_t cqs = 0;             ///< completion queues of the shard (another is made when all are full)
-    uint64_t entries = 0;         ///< CQ entries over all of them
-    uint64_t reserved = 0;        ///< of which reserved (receives and connections' send queues)
-    uint64_t spins = 0;           ///< busy-polls for an awaited one-sided completion (poll mode)
-    uint64_t spin_hits = 0;       ///< of which found a completion within the budget
-    int64_t awaited = 0;          ///< posted one-sided operations not retired yet
-    uint64_t after_post = 0;      ///< looks at the CQs right after an at-once post (an idle READ)
-    uint64_t after_post_hits = 0; ///< of which found a completion
+    uint64_t polls = 0;       ///< poll rounds (reactor polls and re-checks)
+    uint64_t completions = 0; ///< completions dispatched
+    uint64_t arms = 0;        ///< ibv_req_notify_cq calls (before the shard sleeps)
+    uint64_t cq_events = 0;   ///< completion-channel events: the shard was woken by a completion
+    uint64_t resizes = 0;     ///< times a CQ grew
+    uint64_t cqs = 0;         ///< completion queues of the shard (another is made when all are full)
+    uint64_t entries = 0;     ///< CQ entries over all of them
+    uint64_t reserved = 0;    ///< of which reserved (receives and connections' send queues)
 };
 
 /// Work completions by opcode (successful ones; a failed completion's opcode is undefined) and
@@ -105,19 +99,10 @@ public:
     void unreserve(ibv_cq* cq, unsigned entries) noexcept;
     /// Polls and dispatches until every CQ is empty; returns the completions handled.
     unsigned drain() noexcept;
-    /// `drain`, right after a request was posted at once (outside the reactor's poll), counted.
-    unsigned drain_after_post() noexcept;
     /// True while a completion is being dispatched (a handler runs).
     bool dispatching() const noexcept { return _polling > 0; }
     /// The poller's counters.
     cq_stats stats() const noexcept;
-    /// A posted request whose caller awaits its completion (a one-sided operation) was posted
-    /// (+1) or retired (-1). While any is outstanding, a poll-mode shard busy-polls its CQs for
-    /// up to `spin_budget` when a poll found nothing, as `ib_read_lat` does, instead of going
-    /// round the reactor's other pollers first.
-    void awaiting(int delta) noexcept { _awaited += delta; }
-    /// The longest busy-poll of one `poll()` for an awaited completion.
-    static constexpr std::chrono::microseconds spin_budget{50};
     /// Completions dispatched so far, by opcode and status.
     const wc_counts& completion_counts() const noexcept { return _wc_counts; }
 
@@ -134,7 +119,6 @@ private:
     };
     ibv_cq* create(unsigned entries);
     unsigned poll_batch(queue& q) noexcept;
-    bool spin_for_awaited() noexcept;
     void on_channel_readable() noexcept;
     void ack_events(queue& q) noexcept;
 
@@ -149,8 +133,6 @@ private:
     std::vector<ibv_wc> _wcs;
     bool _registered = false;
     unsigned _polling = 0; // nesting depth of dispatch (drain from inside a handler)
-    int64_t _awaited = 0;  // posted requests whose completion a caller awaits
-    bool _spin = false;    // the shard runs in poll mode: busy-poll for awaited completions
     cq_stats _stats;
     wc_counts _wc_counts;
 };

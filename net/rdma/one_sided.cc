@@ -238,20 +238,11 @@ future<> connection_impl::read(local_span dst, const remote_region& src, uint64_
 
 future<> connection_impl::issue_read(const local_span& dst, const remote_region& src, uint64_t offset) {
     take_turn(false);
-    // Nothing else appended on this connection this round: the READ is posted at once instead of
-    // at the end of the task round, and the CQs are looked at right after (rxe may complete a
-    // loopback READ within the post), so its caller may find the future ready. Further
-    // operations of the same task still go out together at the end of the round.
-    const bool idle = _posted == _head && !_dirty;
     send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);
     s.wr.opcode = IBV_WR_RDMA_READ;
     s.done = promise<>();
     auto f = s.done.get_future();
     append(s);
-    if (idle && !_ctx->dispatching()) {
-        post_pending();
-        _ctx->drain_cq_after_post();
-    }
     return f;
 }
 

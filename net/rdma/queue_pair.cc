@@ -44,12 +44,6 @@ const char* op_name(send_slot::op k) noexcept {
         return "?";
     }
 }
-
-// READ, WRITE, WRITE_WITH_IMM and atomics: a caller awaits each one's completion.
-bool is_one_sided(send_slot::op k) noexcept {
-    return k == send_slot::op::read || k == send_slot::op::write || k == send_slot::op::write_imm ||
-           k == send_slot::op::fetch_add || k == send_slot::op::compare_swap;
-}
 } // namespace
 
 void send_slot::complete(const ibv_wc& wc) noexcept {
@@ -169,10 +163,6 @@ void connection_impl::post_pending() noexcept {
             s.copy.reset();
         }
         ++(s.signaled ? _stats.signaled : _stats.unsignaled);
-        if (is_one_sided(s.kind)) {
-            s.awaited = true;
-            _ctx->awaiting(1);
-        }
     }
     _posted = end;
     _dirty = false;
@@ -261,10 +251,6 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
         break;
     default:
         break;
-    }
-    if (s.awaited) {
-        s.awaited = false;
-        _ctx->awaiting(-1);
     }
     s.copy.reset();
     s.held.reset();

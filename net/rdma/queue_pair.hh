@@ -128,7 +128,6 @@ struct send_slot final : completion_handler {
     uint64_t seq = 0;
     op kind = op::free;
     bool signaled = false;
-    bool awaited = false; // posted, and a caller awaits its completion (counted by the CQ poller)
     ibv_send_wr wr{};
     std::array<ibv_sge, max_send_gather> sges{};
     ibv_sge& sge = sges[0];               // the first entry (the only one of one-sided operations)

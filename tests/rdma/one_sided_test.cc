@@ -5,24 +5,13 @@
 
 #include "core/timer.hh"
 
-#include <algorithm>
-#include <chrono>
-
 using namespace shoal;
 using namespace shoal::rdma_test;
 
 namespace {
 constexpr auto all_access =
     rdma::access::remote_read | rdma::access::remote_write | rdma::access::remote_atomic;
-
-// A listener on `a` whose connections announce `r` as their region.
-rdma::listener listen_with_region(net::socket_address a, const rdma::exported_region& r) {
-    rdma::listen_options lo;
-    lo.connection = rdma::shard_context::local().opts().connection;
-    lo.connection->region = r.descriptor();
-    return rdma::listen_rc(a, lo);
 }
-} // namespace
 
 TEST(one_sided, read_write_atomics_batching_and_imm_ordering) {
     int rc = run_rdma(2, []() -> future<> {
@@ -31,7 +20,10 @@ TEST(one_sided, read_write_atomics_batching_and_imm_ordering) {
         rdma::buffer mem = ctx.pool().allocate(65536);
         std::memset(mem.data(), 0, 65536);
         rdma::exported_region exported = rdma::export_region(mem, all_access);
-        rdma::listener l = listen_with_region(a, exported);
+        rdma::listen_options lo;
+        lo.connection = ctx.opts().connection;
+        lo.connection->region = exported.descriptor();
+        rdma::listener l = rdma::listen_rc(a, lo);
         auto accepted = l.accept();
         auto client = submit_to(1, [a]() -> future<> {
             rdma::connection c = co_await rdma::connect_rc(a);
@@ -106,94 +98,6 @@ TEST(one_sided, read_write_atomics_batching_and_imm_ordering) {
         exported.revoke();
         EXPECT_TRUE(co_await all_connections_gone());
     });
-    EXPECT_EQ(rc, 0);
-}
-
-TEST(one_sided, a_read_on_an_idle_connection_posts_at_once_and_is_accounted_in_poll_mode) {
-    reactor_config cfg;
-    cfg.poll_mode = true;
-    int rc = run_rdma(
-        2,
-        []() -> future<> {
-            const auto a = addr(next_port());
-            auto& ctx = rdma::shard_context::local();
-            rdma::buffer mem = ctx.pool().allocate(4096);
-            fill_pattern(mem.data(), 4096, 11);
-            rdma::exported_region exported = rdma::export_region(mem, all_access);
-            rdma::listener l = listen_with_region(a, exported);
-            auto accepted = l.accept();
-            auto client = submit_to(1, [a]() -> future<> {
-                auto& ctx = rdma::shard_context::local();
-                rdma::buffer dst = ctx.pool().allocate(4096);
-                {
-                    rdma::connection c = co_await rdma::connect_rc(a);
-                    const rdma::remote_region rr = *c.peer_region();
-                    const auto before = ctx.stats().cq;
-                    // One READ at a time, as a cached KV GET: each resumes with its slot retired.
-                    std::vector<int64_t> ns;
-                    ns.reserve(200);
-                    for (int i = 0; i < 200; ++i) {
-                        const size_t off = size_t(i % 32) * 128;
-                        const auto t0 = std::chrono::steady_clock::now();
-                        co_await c.read(rdma::span_of(dst, 0, 128), rr, off);
-                        ns.push_back((std::chrono::steady_clock::now() - t0).count());
-                        EXPECT_EQ(check_pattern(dst.data(), 128, 11, off), SIZE_MAX) << "READ " << i;
-                        EXPECT_EQ(ctx.stats().cq.awaited, 0) << "READ " << i;
-                    }
-                    const auto after = ctx.stats().cq;
-                    // Each READ went out at once (an idle connection) and the CQs were looked at
-                    // right after; one not complete by then may be busy-polled for (poll mode).
-                    EXPECT_EQ(after.after_post - before.after_post, 200u);
-                    std::nth_element(ns.begin(), ns.begin() + 100, ns.end());
-                    std::printf("  200 READs of 128 B: P50 %.1f us, complete right after the post %lu, "
-                                "busy-polled %lu (found %lu)\n",
-                                double(ns[100]) / 1000,
-                                (unsigned long)(after.after_post_hits - before.after_post_hits),
-                                (unsigned long)(after.spins - before.spins),
-                                (unsigned long)(after.spin_hits - before.spin_hits));
-                    // More READs than the send queue holds: they wait for slots, all complete.
-                    const unsigned depth = ctx.opts().connection.send_queue_depth;
-                    std::vector<future<>> reads;
-                    for (unsigned i = 0; i < depth + 8; ++i) {
-                        reads.push_back(c.read(rdma::span_of(dst, size_t(i % 32) * 128, 128), rr, 0));
-                    }
-                    co_await when_all_succeed(std::move(reads));
-                    EXPECT_EQ(ctx.stats().cq.awaited, 0);
-                    // A QP put in error under posted READs fails them; nothing stays awaited.
-                    rdma::faults().arm(rdma::fault::qp_error);
-                    std::vector<future<>> doomed;
-                    for (int i = 0; i < 8; ++i) {
-                        doomed.push_back(c.read(rdma::span_of(dst, 0, 128), rr, 0));
-                    }
-                    unsigned failed = 0;
-                    for (auto& f : doomed) {
-                        try {
-                            co_await std::move(f);
-                        } catch (...) {
-                            ++failed;
-                        }
-                    }
-                    EXPECT_EQ(rdma::faults().fired(rdma::fault::qp_error), 1u);
-                    rdma::faults().disarm();
-                    EXPECT_EQ(failed, 8u);
-                    EXPECT_FALSE(c.usable());
-                    EXPECT_EQ(ctx.stats().cq.awaited, 0);
-                }
-                // A new connection reads again.
-                rdma::connection c = co_await rdma::connect_rc(a);
-                co_await c.read(rdma::span_of(dst, 0, 128), *c.peer_region(), 128);
-                EXPECT_EQ(check_pattern(dst.data(), 128, 11, 128), SIZE_MAX);
-                EXPECT_EQ(ctx.stats().cq.awaited, 0);
-            });
-            rdma::connection s1 = co_await std::move(accepted);
-            rdma::connection s2 = co_await l.accept();
-            co_await std::move(client);
-            s1 = rdma::connection();
-            s2 = rdma::connection();
-            exported.revoke();
-            EXPECT_TRUE(co_await all_connections_gone());
-        },
-        test_options(), cfg);
     EXPECT_EQ(rc, 0);
 }
 
@@ -312,7 +216,10 @@ TEST(one_sided, operations_waiting_for_credits_keep_their_order) {
         rdma::buffer mem = ctx.pool().allocate(4096);
         std::memset(mem.data(), 0, 4096);
         rdma::exported_region exported = rdma::export_region(mem, rdma::access::remote_write);
-        rdma::listener l = listen_with_region(a, exported);
+        rdma::listen_options lo;
+        lo.connection = ctx.opts().connection;
+        lo.connection->region = exported.descriptor();
+        rdma::listener l = rdma::listen_rc(a, lo);
         auto accepted = l.accept();
         const unsigned credits = ctx.opts().connection.credits;
         auto client = submit_to(1, [a, credits]() -> future<uint64_t> {
