@@ -15,13 +15,6 @@
 namespace shoal {
 
 namespace {
-/// The flag `need_preempt()` reads off a shard: never raised.
-std::atomic<bool> never_preempt{false};
-} // namespace
-
-constinit thread_local std::atomic<bool>* internal::preempt_flag = &never_preempt;
-
-namespace {
 thread_local reactor* tl_reactor = nullptr;
 thread_local lowres_clock::time_point tl_lowres_now{};
 logger reactor_log("reactor");
@@ -61,7 +54,7 @@ reactor& local_reactor() noexcept {
 
 void internal::set_local_reactor(reactor* r) noexcept {
     tl_reactor = r;
-    preempt_flag = r ? &r->_preempt : &never_preempt;
+    internal::preempt_watch = r ? r->_preempt_timer.words() : internal::preempt_timer::still_words();
     lowres_clock::refresh();
 }
 
@@ -112,7 +105,8 @@ private:
 
 reactor::reactor(unsigned shard_id, const reactor_config& cfg)
     : _shard_id(shard_id)
-    , _cfg(cfg) {
+    , _cfg(cfg)
+    , _preempt_timer(cfg.task_quota_time) {
     int rc = -EINVAL;
     for (unsigned flags : ring_flag_sets) {
         if (flags == defer_taskrun_flags && !_cfg.defer_taskrun) {
@@ -322,11 +316,11 @@ void reactor::run_tasks(unsigned quota) {
             --quota;
             task* t = q.pop_front();
             ++_stats.tasks_run;
-            uint32_t ticks = _ticks.load(std::memory_order_relaxed);
             t->run_and_dispose();
             if (need_preempt()) {
-                // Two ticks during one task: it ran longer than a whole task-quota period.
-                _stats.long_tasks += _ticks.load(std::memory_order_relaxed) - ticks >= 2;
+                // Noticed a whole period after the quota ran out: this task held the shard
+                // for longer than one task-quota period.
+                _stats.long_tasks += _preempt_timer.noticed_late();
                 preempted = true;
                 break;
             }
@@ -376,7 +370,7 @@ unsigned reactor::pick_group() noexcept {
 }
 
 bool reactor::poll_once() {
-    _preempt.store(false, std::memory_order_relaxed);
+    _preempt_timer.consume();
     lowres_clock::refresh();
     bool work = false;
     uint64_t enters = _stats.io_enter_calls;
@@ -453,6 +447,10 @@ void reactor::run() {
     bool idle = false;
     while (!_stopping || _active) {
         ++_stats.loops;
+        if (_active) {
+            // The quota counts from the first task after an idle spell or the last expiry.
+            _stats.preempt_timer_arms += _preempt_timer.arm();
+        }
         run_tasks(_cfg.task_quota);
         bool work = poll_once();
         if (work || _active) {
@@ -505,10 +503,10 @@ void reactor::cancel_all_io() {
 }
 
 void reactor::run_all_tasks() {
-    // No time quota at shutdown: the preemption flag is lowered before every round, so ready
+    // No time quota at shutdown: an expiry is taken before every round (and no period started), so ready
     // co_awaits that requeue themselves and tasks that queue others all run to the end.
     while (_active) {
-        _preempt.store(false, std::memory_order_relaxed);
+        _preempt_timer.consume();
         run_tasks(UINT32_MAX);
     }
 }

@@ -2,6 +2,7 @@
 
 #include "core/clock.hh"
 #include "core/future.hh"
+#include "core/preempt_timer.hh"
 #include "core/scheduling.hh"
 #include "core/small_pool.hh"
 #include "core/task.hh"
@@ -49,9 +50,10 @@ struct reactor_config {
     std::chrono::microseconds idle_poll{200};
     /// Tasks run between two rounds of polling (at most; time may end a round earlier).
     unsigned task_quota = 256;
-    /// Task quota in time: every period the engine raises each running shard's preemption flag
-    /// (`need_preempt()`); the reactor then polls after the running task, and ready `co_await`s
-    /// and the loops of future_util yield. Zero: no time-based preemption.
+    /// Task quota in time: a shard's tasks may run this long from the first task after an idle
+    /// spell (or the last expiry) before `need_preempt()` rises (a per-shard io_uring timer,
+    /// core/preempt_timer.hh); the reactor then polls after the running task, and ready
+    /// `co_await`s and the loops of future_util yield. Zero: no time-based preemption.
     std::chrono::microseconds task_quota_time{500};
     /// Submission queue entries of the shard's io_uring ring.
     unsigned ring_entries = 1024;
@@ -75,9 +77,10 @@ struct reactor_stats {
     uint64_t polls_entering_twice = 0; ///< polls that entered the kernel twice (submit, then reap)
     uint64_t timers_fired = 0;         ///< timer expirations handled
     uint64_t preemptions = 0;          ///< task rounds cut short by the time quota (need_preempt())
-    /// Tasks that ran across two ticks of the preemption ticker, i.e. longer than one task-quota
-    /// period (`task_quota_time`) at least: tasks that hold the shard too long. Tasks between
-    /// one and two periods are counted only when they happen to straddle two ticks.
+    uint64_t preempt_timer_arms = 0;   ///< task-quota periods started (one kernel entry each)
+    /// Tasks that held the shard for a whole task-quota period (`task_quota_time`) or more after
+    /// the quota ran out: tasks that hold the shard too long (a shard descheduled by the host
+    /// for that long counts too).
     uint64_t long_tasks = 0;
     /// Times the reactor found the kernel's CQ-overflow flag up (completions the CQ ring had no
     /// room for, held back by the kernel until the shard entered it again).
@@ -148,16 +151,6 @@ public:
     /// always one eventfd write. Safe from any thread; for producers that cannot take part in the
     /// sleep check (threads outside the engine, see core/alien.hh).
     void wake_unconditionally() noexcept;
-    /// Raises this shard's preemption flag (`need_preempt()`) unless it sleeps. Safe from any
-    /// thread: the engine's ticker calls it every task-quota period.
-    void request_preempt() noexcept {
-        // Only the ticker writes _ticks; the shard reads it around tasks to spot long ones.
-        _ticks.store(_ticks.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        if (!_sleeping.load(std::memory_order_relaxed)) {
-            _preempt.store(true, std::memory_order_relaxed);
-        }
-    }
-
     /// Marks this reactor as having work posted by another thread, then wakes it if needed.
     /// Callers publish their work first; this provides the fence that pairs with the sleep check.
     void notify_from_other_thread() noexcept;
@@ -199,6 +192,7 @@ private:
     unsigned _shard_id;
     reactor_config _cfg;
     reactor_stats _stats;
+    internal::preempt_timer _preempt_timer;    // need_preempt() on this shard
     task_queue _queues[max_scheduling_groups]; // one per scheduling group
     uint32_t _active = 0;                      // bit g: queue g has tasks
     uint32_t _was_active = 0;                  // groups that had tasks at the last contested pick
@@ -213,8 +207,6 @@ private:
     wakeup_reader* _wakeup = nullptr;
     std::function<bool()> _pending_work_check;
     alignas(64) std::atomic<bool> _sleeping{false};
-    alignas(64) std::atomic<bool> _preempt{false}; // the flag need_preempt() reads on this shard
-    std::atomic<uint32_t> _ticks{0};               // preemption ticks (same line: the ticker writes both)
 };
 
 /// The reactor of the calling thread; only valid on a shard.

@@ -6,7 +6,6 @@
 #include "core/spsc_queue.hh"
 
 #include <cerrno>
-#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <memory>
@@ -112,7 +111,6 @@ public:
         _reactors.resize(_n, nullptr);
     }
 
-    ~engine() { stop_ticker(); }
     engine(const engine&) = delete;
     engine& operator=(const engine&) = delete;
 
@@ -170,9 +168,6 @@ public:
         }
         sp.poll();
         r.unregister_poller(&sp);
-        if (id == 0) {
-            stop_ticker(); // before any reactor goes away (the others wait for shard 0 below)
-        }
         _finished.fetch_add(1, std::memory_order_acq_rel);
         while (_finished.load(std::memory_order_acquire) < _n) {
             std::this_thread::yield();
@@ -195,37 +190,6 @@ public:
         return _start_error;
     }
 
-    /// Starts the thread that raises every running shard's preemption flag once per task-quota
-    /// period. Started before any shard is pinned, so it may run on any CPU of the process.
-    void start_ticker() {
-        auto period = _opts.reactor.task_quota_time;
-        if (period.count() <= 0) {
-            return;
-        }
-        _ticker = std::thread([this, period] {
-            std::unique_lock lock(_ticker_lock);
-            while (!_ticker_stop) {
-                _ticker_wake.wait_for(lock, period);
-                if (_started.load(std::memory_order_acquire) < _n || _start_aborted.load()) {
-                    continue; // the reactors are not all there yet
-                }
-                for (reactor* r : _reactors) {
-                    r->request_preempt();
-                }
-            }
-        });
-    }
-    void stop_ticker() {
-        if (_ticker.joinable()) {
-            {
-                std::lock_guard g(_ticker_lock);
-                _ticker_stop = true;
-            }
-            _ticker_wake.notify_one();
-            _ticker.join();
-        }
-    }
-
     int exit_code = 0;
     int signal_exit_code = 0;
     std::vector<promise<>> stop_waiters;
@@ -244,10 +208,6 @@ private:
     std::atomic<unsigned> _stopped{0};
     std::atomic<unsigned> _drained{0};
     std::atomic<unsigned> _finished{0};
-    std::thread _ticker;
-    std::mutex _ticker_lock;
-    std::condition_variable _ticker_wake;
-    bool _ticker_stop = false;
 };
 
 bool smp_poller::has_incoming() const noexcept {
@@ -529,7 +489,6 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     g_shard_count = opts.smp;
     std::vector<std::thread> threads;
     try {
-        e.start_ticker();
         if (opts.pin) {
             pin_to(cpus[0]);
         }
@@ -554,7 +513,8 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
             if (opts.handle_signals) {
                 signals = std::make_unique<signal_reader>();
             }
-            (void)futurize_invoke(main).then_wrapped([&e](future<int> f) {
+            // main runs as the shard's first task, under the time quota like every other one.
+            (void)yield().then([&main] { return main(); }).then_wrapped([&e](future<int> f) {
                 e.main_done = true;
                 if (f.failed()) {
                     smp_log.error("main function failed: {}", f.get_exception());
@@ -569,7 +529,6 @@ int run_shards(const smp_options& given, std::function<future<int>()> main) {
     for (auto& t : threads) {
         t.join();
     }
-    e.stop_ticker(); // already stopped by shard 0 unless the shards never ran
     if (signals && signals->pending()) {
         (void)signals.release(); // the ring is gone; the kernel no longer writes to it
     }

@@ -106,7 +106,7 @@ TEST(coroutine, exception_before_first_suspension_is_in_the_future) {
 
 namespace {
 /// A shard without time-based preemption: a ready `co_await` then never yields, whatever the
-/// load of the machine (with the ticker on, a slow run may find the quota used up and queue the
+/// load of the machine (with a time quota, a slow run may find it used up and queue the
 /// coroutine behind the caller, which is right but not what this test is about).
 reactor_config no_time_quota() {
     reactor_config cfg;

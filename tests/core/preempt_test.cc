@@ -82,6 +82,28 @@ TEST(preempt, zero_quota_time_never_preempts) {
               0);
 }
 
+TEST(preempt, the_quota_timer_runs_while_tasks_run_and_not_while_the_shard_sleeps) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  const reactor_stats& st = local_reactor().stats();
+                  // Busy: a task round after every yield for 20 ms; the quota runs out 40 times
+                  // (fewer when the host takes the CPU away, rarely below a quarter of that).
+                  uint64_t arms = st.preempt_timer_arms;
+                  auto until = steady_clock_type::now() + 20ms;
+                  while (steady_clock_type::now() < until) {
+                      co_await yield();
+                  }
+                  EXPECT_GE(st.preempt_timer_arms - arms, 10u);
+                  // Idle: 100 ms asleep (200 periods) starts no period beyond the one running
+                  // when the shard went to sleep and the one after it woke.
+                  arms = st.preempt_timer_arms;
+                  uint64_t sleeps = st.sleeps;
+                  co_await sleep(100ms);
+                  EXPECT_GT(st.sleeps, sleeps);
+                  EXPECT_LE(st.preempt_timer_arms - arms, 2u);
+              }),
+              0);
+}
+
 TEST(preempt, ready_co_awaits_cannot_starve_a_timer) {
     EXPECT_EQ(run_in_shard([]() -> future<> {
                   auto late = co_await timer_lateness_under([](bool& fired) -> future<> {

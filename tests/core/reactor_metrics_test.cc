@@ -38,20 +38,18 @@ double value_of(const std::string& name, const std::string& peer = "") {
     return -1;
 }
 
-/// Busy-waits inside one task until the engine's preemption ticker has raised this shard's
-/// flag three times (lowering it after the first two, as the reactor would between tasks), so
-/// the task surely spans two ticks whatever the load; false if that took over 10 s.
-bool spin_for_three_ticks() {
+/// Busy-waits inside one task until the task quota has run out (`need_preempt()`), then for
+/// four more quota periods, so the reactor notices the expiry a whole period late whatever the
+/// load; false if the quota never ran out within 10 s.
+bool spin_past_the_quota() {
     auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (int seen = 0; seen < 3;) {
+    while (!need_preempt()) {
         if (std::chrono::steady_clock::now() > give_up) {
             return false;
         }
-        if (need_preempt()) {
-            if (++seen < 3) {
-                internal::preempt_flag->store(false, std::memory_order_relaxed);
-            }
-        }
+    }
+    auto until = std::chrono::steady_clock::now() + 4 * local_reactor().config().task_quota_time;
+    while (std::chrono::steady_clock::now() < until) {
     }
     return true;
 }
@@ -125,8 +123,8 @@ TEST(reactor_metrics, a_task_longer_than_the_quota_is_a_long_task) {
         auto g = publish_reactor_metrics();
         double before = value_of("shoal_reactor_long_tasks_total");
         EXPECT_GE(before, 0);
-        bool spanned = co_await yield().then([] { return spin_for_three_ticks(); });
-        EXPECT_TRUE(spanned) << "the preemption ticker did not tick three times in 10 s";
+        bool spanned = co_await yield().then([] { return spin_past_the_quota(); });
+        EXPECT_TRUE(spanned) << "the task quota did not run out in 10 s";
         co_await yield();
         EXPECT_GE(value_of("shoal_reactor_long_tasks_total"), before + 1); // more when load stretches others
     });
@@ -135,7 +133,7 @@ TEST(reactor_metrics, a_task_longer_than_the_quota_is_a_long_task) {
 
 TEST(reactor_metrics, without_a_time_quota_no_task_is_long) {
     reactor_config cfg;
-    cfg.task_quota_time = std::chrono::microseconds(0); // no ticker
+    cfg.task_quota_time = std::chrono::microseconds(0); // no preemption timer
     int rc = shoal::testing::run_in_shard(
         []() -> future<> {
             auto g = publish_reactor_metrics();

@@ -69,11 +69,11 @@ std::string pattern(size_t size) {
 /// Small calls: one message each way (no READ); calls issued together, and the replies the
 /// server makes together, share messages (coalescing), unless the options turn it off.
 TEST(rpc_rdma_path, small_calls_ready_together_share_a_message) {
-    // No time-quota ticker: with it, a slow (ASan) build could be preempted between the 64 calls
+    // No time quota: with one, a slow (ASan) build could be preempted between the 64 calls
     // and send them in several batches (40 messages instead of at most 16 were seen); what
     // this test checks is that calls made together leave together.
-    reactor_config no_ticker;
-    no_ticker.task_quota_time = std::chrono::microseconds(0);
+    reactor_config no_time_quota;
+    no_time_quota.task_quota_time = std::chrono::microseconds(0);
     for (bool coalesce : {true, false}) {
         run_body(
             [coalesce](rpc_env& env) -> future<> {
@@ -113,7 +113,7 @@ TEST(rpc_rdma_path, small_calls_ready_together_share_a_message) {
                 EXPECT_EQ(after.remote_bodies_sent, before.remote_bodies_sent);
                 co_await fx.stop();
             },
-            1, no_ticker);
+            1, no_time_quota);
     }
 }
 
