@@ -55,7 +55,7 @@ TEST(kv_rdma_reconnect, a_paused_server_fails_requests_after_the_timeout_and_ser
             RDMA_CHECK(co_await t.store(kv::internal::store_op::set, "large", large, 0, 0, 0) ==
                        kv::store_outcome::stored);
             RDMA_CHECK(co_await fetch(t, "small") == small);
-            ::kill(server.pid, SIGSTOP);
+            co_await server.pause();
             // Control GET, inline PUT, granted PUT and DEL in flight to the stopped server.
             t.forget_locations();
             const auto sent = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -180,6 +181,23 @@ struct child_process {
         uint64_t ops = 0, bad = 0;
         in >> ops >> bad;
         return {ops, bad};
+    }
+    /// Stops the child (SIGSTOP) and returns once every thread of it has stopped: a stop is
+    /// asynchronous, and a shard still polling on another CPU could answer one more request.
+    future<> pause() {
+        ::kill(pid, SIGSTOP);
+        for (;;) {
+            int status = 0;
+            pid_t rc = ::waitpid(pid, &status, WNOHANG | WUNTRACED);
+            if (rc == pid && WIFSTOPPED(status)) {
+                co_return;
+            }
+            if (rc != 0) {
+                pid = rc == pid ? -1 : pid; // reaped already when it exited
+                throw std::runtime_error("the child did not stop: it is gone");
+            }
+            co_await sleep(1ms);
+        }
     }
     /// Sends `sig` (SIGKILL by default) and collects the exit status without blocking the reactor.
     future<int> kill_now(int sig = SIGKILL) {
