@@ -22,7 +22,8 @@ preempt_timer::preempt_timer(std::chrono::microseconds period)
         return;
     }
     // COOP_TASKRUN: the expiry's completion is posted when the shard next returns to user space
-    // (from the timer interrupt when it is running), without waking it when it sleeps.
+    // (from the timer interrupt when it runs on the timer's CPU), with no inter-processor
+    // interrupt when the timer fires on another CPU.
     int rc = io_uring_queue_init(2, &_ring, IORING_SETUP_COOP_TASKRUN);
     if (rc == -EINVAL) {
         rc = io_uring_queue_init(2, &_ring, 0); // kernels before 5.19

@@ -13,8 +13,8 @@ namespace shoal::internal {
 /// the return from the timer interrupt), moving the ring's CQ tail; `need_preempt()` compares
 /// that tail with the head, two loads of shared memory. The reactor consumes the completion when
 /// it polls and arms the timer again when it next runs tasks, so an idle shard has no timer
-/// armed and a sleeping one is not woken by it (COOP_TASKRUN: the completion waits for the
-/// shard's next return from the kernel).
+/// armed. A period still running when the shard goes to sleep wakes its thread once inside the
+/// kernel (to post the completion), which then sleeps on without running the loop.
 class preempt_timer {
 public:
     /// A timer of `period`; zero: disabled (`need_preempt()` never rises). Throws
