@@ -70,17 +70,9 @@ void preempt_timer::start() noexcept {
     _armed = true;
 }
 
-bool preempt_timer::consume() noexcept {
-    if (!_armed) {
-        return false; // disabled, or no period running: nothing can have been posted
-    }
-    unsigned n = io_uring_cq_ready(&_ring);
-    if (n == 0) {
-        return false;
-    }
-    io_uring_cq_advance(&_ring, n);
+void preempt_timer::take_expiry() noexcept {
+    io_uring_cq_advance(&_ring, io_uring_cq_ready(&_ring));
     _armed = false;
-    return true;
 }
 
 bool preempt_timer::noticed_late() const noexcept {

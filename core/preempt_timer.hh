@@ -39,7 +39,15 @@ public:
         return false;
     }
     /// Takes the expiry, if the period ended: true then, and `need_preempt()` is down again.
-    bool consume() noexcept;
+    /// Inline: the reactor calls it on every poll, and mostly nothing was posted.
+    bool consume() noexcept {
+        // Not armed: disabled, or no period running, so nothing can have been posted.
+        if (!_armed || !io_uring_cq_ready(&_ring)) {
+            return false;
+        }
+        take_expiry();
+        return true;
+    }
     /// True when the period that just ended was noticed (`consume()`) a whole period or more
     /// after it ended: the task running then held the shard for longer than one period. One
     /// clock read; call right before `consume()`, and only when `need_preempt()` is up.
@@ -47,6 +55,7 @@ public:
 
 private:
     void start() noexcept;
+    void take_expiry() noexcept;
 
     io_uring _ring{};
     __kernel_timespec _period_ts{};
