@@ -317,7 +317,7 @@ void shard_context::watch_give_back(std::chrono::milliseconds period) noexcept {
     _give_back_timer.set_callback([this] {
         bool again = false;
         for (size_t i = 0; i < _connections.size(); ++i) {
-            again |= _connections[i]->give_back_idle_credits();
+            again |= _connections[i]->sweep_idle();
         }
         if (again) {
             _give_back_timer.arm(_give_back_period);

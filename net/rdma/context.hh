@@ -173,10 +173,11 @@ public:
     /// Handles a device asynchronous event on this shard (QP and SRQ events for what this shard
     /// owns, device-wide ones for all). Shard 0 reads the device's events and sends each here.
     void on_async_event(const internal::async_event& ev) noexcept;
-    /// A connection holds more of its peer's credits than the peer's idle window: from now on
-    /// the shard asks its connections every `period` to hand back what they hold while quiet
-    /// (`connection_impl::give_back_idle_credits`), until none holds any excess. No timer runs
-    /// while no connection does.
+    /// A connection holds more of its peer's credits than the peer's idle window, or opened its
+    /// receive window: from now on the shard asks its connections every `period` to hand back
+    /// what they hold while quiet and to close windows whose peer went quiet
+    /// (`connection_impl::sweep_idle`), until none has anything left to do. No timer runs while
+    /// none does.
     void watch_give_back(std::chrono::milliseconds period) noexcept;
     /// Counts a QP teardown that saw its last-WQE event (`true`) or gave up waiting for it.
     void count_last_wqe(bool seen) noexcept { ++(seen ? _last_wqe_events : _last_wqe_timeouts); }

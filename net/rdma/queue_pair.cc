@@ -299,7 +299,45 @@ bool connection_impl::consume_data_credit() noexcept {
     }
     --_granted;
     _srq->consumed();
+    _received_since_sweep = true;
     return true;
+}
+
+void connection_impl::withdraw_untold_credits() noexcept {
+    // Credits granted but not told yet (they wait to ride on a message) are only this side's
+    // bookkeeping: they go, down to the idle window or to what the peer was told, whichever is
+    // more. The peer keeps every credit it holds.
+    const uint32_t told = _granted - _credits_to_return;
+    const uint32_t target = std::max(_opts.idle_credits, told);
+    const uint32_t cut = _granted > target ? std::min(_granted - target, _credits_to_return) : 0;
+    _granted -= cut;
+    _credits_to_return -= cut;
+    _srq->release(cut);
+    _stats.credits_withdrawn += cut;
+    _window = _opts.idle_credits;
+    _calm = 0;
+}
+
+bool connection_impl::close_idle_window() noexcept {
+    if (_state != state::established || (_window <= _opts.idle_credits && _granted <= _opts.idle_credits)) {
+        return false;
+    }
+    if (_received_since_sweep) {
+        _received_since_sweep = false;
+        return true; // not quiet yet
+    }
+    // Quiet for a whole period with the window open: the window closes. A peer that went quiet
+    // holding told credits above its idle window gives them back itself (give_back_idle_credits
+    // on its side); the untold ones would otherwise stay promised for as long as it is quiet
+    // (a credit-only message is due only when the peer runs low, and a quiet peer never does).
+    withdraw_untold_credits();
+    return false;
+}
+
+bool connection_impl::sweep_idle() noexcept {
+    const bool receiving = close_idle_window();
+    const bool sending = give_back_idle_credits();
+    return receiving || sending;
 }
 
 bool connection_impl::consume_ctrl_credit() noexcept {
@@ -326,6 +364,9 @@ void connection_impl::adapt_window() noexcept {
         if (_window < _opts.credits) {
             _window = std::min(_opts.credits, _window * 2);
             grant_credits();
+            if (_opts.give_back_after.count() > 0) {
+                _ctx->watch_give_back(_opts.give_back_after); // closes it again once quiet
+            }
         }
     } else if (++_calm >= _window && _window > _opts.idle_credits) {
         _calm = 0;
@@ -396,18 +437,8 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         _granted -= f.credits;
         _srq->release(f.credits); // their receives serve other connections' promises
         _stats.credits_taken_back += f.credits + 1;
-        {
-            // Credits granted but not told yet (waiting to ride on a message) are withdrawn too,
-            // down to the idle window.
-            const uint32_t target = std::max(_opts.idle_credits, _granted - _credits_to_return);
-            const uint32_t cut = _granted > target ? std::min(_granted - target, _credits_to_return) : 0;
-            _granted -= cut;
-            _credits_to_return -= cut;
-            _srq->release(cut);
-        }
-        _window = _opts.idle_credits;
-        _calm = 0;
-        grant_credits(); // a peer left below the idle window gets it back
+        withdraw_untold_credits(); // and the credits not told yet, down to the idle window
+        grant_credits();           // a peer left below the idle window gets it back
         break;
     case msg_kind::fin:
         if (!consume_data_credit()) {

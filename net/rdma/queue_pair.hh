@@ -51,6 +51,9 @@ struct connection_stats {
     uint64_t credits_given_back = 0;
     /// Credits the peer handed back (this side released their receives).
     uint64_t credits_taken_back = 0;
+    /// Credits granted but not yet told to the peer that this side withdrew when the peer went
+    /// quiet or gave credits back (their receives were released).
+    uint64_t credits_withdrawn = 0;
 };
 
 namespace internal {
@@ -214,6 +217,13 @@ public:
     /// (one `give_back` message), so the peer releases their receives. Returns true while it
     /// still holds an excess (call again later).
     bool give_back_idle_credits() noexcept;
+    /// Called by the shard every `give_back_after`: a connection whose peer sent nothing since
+    /// the last call while its receive window was open closes the window to `idle_credits`,
+    /// withdrawing the credits not yet told to the peer. Returns true while the window is open
+    /// and the peer still sends (call again later).
+    bool close_idle_window() noexcept;
+    /// Both of the above, for the shard's sweep timer; true while either wants another call.
+    bool sweep_idle() noexcept;
     /// Frees the QP and the id (at the end of a poll); deletes this when no user holds it. A QP
     /// that was connected is first left in the error state until the device reports its last
     /// shared receive consumed (IBV_EVENT_QP_LAST_WQE_REACHED, or `last_wqe_timeout`), then the
@@ -335,6 +345,9 @@ private:
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
     bool consume_data_credit() noexcept;
+    /// Withdraws the credits granted but not told to the peer, down to `idle_credits` or what
+    /// the peer holds, and closes the window to `idle_credits`.
+    void withdraw_untold_credits() noexcept;
     /// A credit-only or give-back message arrived: uses one of the control credits granted to the
     /// peer (false when it had none: a protocol error).
     bool consume_ctrl_credit() noexcept;
@@ -432,8 +445,9 @@ private:
     bool _resources_gone = false;
     bool _dirty = false;
     bool _starved = false;
-    bool _sent_since_sweep = false; // a credit was used since the last give_back_idle_credits
-    bool _tx_starved = false;       // the last transmit found the pool dry
+    bool _sent_since_sweep = false;     // a credit was used since the last give_back_idle_credits
+    bool _received_since_sweep = false; // the peer used a data credit since the last close_idle_window
+    bool _tx_starved = false;           // the last transmit found the pool dry
     bool _disconnect_sent = false;
     bool _was_established = false; // its QP may have consumed shared receives
     bool _last_wqe = false;        // IBV_EVENT_QP_LAST_WQE_REACHED seen
