@@ -112,7 +112,7 @@ public:
                 _flusher.hold = shared_from_this();
                 schedule(&_flusher);
             } else {
-                (void)run();
+                (void)run(make_ready_future<>());
             }
         }
     }
@@ -410,9 +410,34 @@ private:
         _held.clear();
     }
 
-    future<> run() {
+    /// The flush task's sender: the frames that travel in a message leave here while each send
+    /// is taken at once (the usual case: one message for all of them), with no coroutine; a
+    /// send that has to wait, a failure or a body to READ is left to `run`.
+    void flush() noexcept {
+        try {
+            while (!_queue.empty() && !_error && fits_a_message(_queue.front())) {
+                future<> sent = send_together();
+                if (!sent.available() || sent.failed()) {
+                    (void)run(std::move(sent));
+                    return;
+                }
+                sent.get();
+            }
+        } catch (...) {
+            abort_output(std::current_exception());
+        }
+        if (!_queue.empty() && !_error) {
+            (void)run(make_ready_future<>());
+            return;
+        }
+        sender_idle();
+    }
+
+    /// Sends the queued frames once `pending` (a send already made) is done.
+    future<> run(future<> pending) {
         auto keep = shared_from_this();
         try {
+            co_await std::move(pending);
             while (!_queue.empty() && !_error) {
                 if (_coalesce && _queue.size() > 1 && fits_a_message(_queue[0]) &&
                     fits_a_message(_queue[1])) {
@@ -426,6 +451,11 @@ private:
         } catch (...) {
             abort_output(std::current_exception());
         }
+        sender_idle();
+    }
+
+    /// The queue is sent (or failed): the next `send` starts the sender again.
+    void sender_idle() noexcept {
         _sending = false;
         wake();
         if (_idle) {
@@ -580,7 +610,7 @@ private:
             : state(s) {}
         void run_and_dispose() noexcept override {
             std::shared_ptr<link_state> self = std::move(hold);
-            (void)state->run();
+            state->flush();
         }
         link_state* state;
         std::shared_ptr<link_state> hold;

@@ -123,15 +123,8 @@ future<> message_socket::send(std::span<net::temporary_buffer> parts) {
 }
 
 future<std::optional<net::temporary_buffer>> message_socket::receive() {
-    // Every SEND is one receive buffer: the stream's reads already keep message boundaries. A
-    // zero-length SEND is never delivered (and never sent: empty messages are refused).
-    return _ref->impl().stream_get().then(
-        [](net::temporary_buffer b) -> std::optional<net::temporary_buffer> {
-            if (b.empty()) {
-                return std::nullopt;
-            }
-            return std::optional<net::temporary_buffer>(std::move(b));
-        });
+    // Every SEND is one receive buffer: the stream's reads already keep message boundaries.
+    return _ref->impl().message_get();
 }
 
 size_t message_socket::max_message_size() const noexcept {

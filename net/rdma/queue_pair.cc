@@ -446,13 +446,11 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             return;
         }
         _peer_fin = true;
-        if (_rx.empty() && _rx_waiter) {
-            auto pr = std::move(*_rx_waiter);
-            _rx_waiter.reset();
+        if (_rx.empty() && rx_waiting()) {
             if (_eof_flag) {
                 *_eof_flag = true;
             }
-            pr.set_value(net::temporary_buffer());
+            wake_reader(net::temporary_buffer());
         }
         break;
     case msg_kind::data:

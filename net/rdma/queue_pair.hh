@@ -277,6 +277,9 @@ public:
     // --- stream (stream.cc)
     /// The next received message; empty at end of stream. One read at a time.
     future<net::temporary_buffer> stream_get();
+    /// `stream_get` for the message API: the next message, nullopt at end of stream. A read
+    /// that waits is resolved by the receive itself (no continuation in between).
+    future<std::optional<net::temporary_buffer>> message_get();
     /// Queues bytes to send as credits allow; waits while more than `send_buffer_limit` are
     /// queued.
     future<> stream_put(net::temporary_buffer buf);
@@ -417,6 +420,12 @@ private:
     bool build_message() noexcept;
     bool build_data_message() noexcept;
     void deliver_rx(net::temporary_buffer buf) noexcept;
+    /// True while a stream or message read waits.
+    bool rx_waiting() const noexcept { return _rx_waiter || _msg_waiter; }
+    /// Hands `buf` (empty: end of stream) to the waiting read, if any.
+    void wake_reader(net::temporary_buffer buf) noexcept;
+    /// Fails the waiting read, if any.
+    void fail_reader(const std::exception_ptr& ex) noexcept;
     /// A WRITE_WITH_IMM's immediate arrived: to `next_immediate`, or to its tag's channel.
     void deliver_immediate(uint32_t imm) noexcept;
     /// Fails the pending read, `next_immediate` and tag channels (after the CQ was drained:
@@ -500,6 +509,7 @@ private:
     // stream receive side
     std::deque<net::temporary_buffer> _rx;
     std::optional<promise<net::temporary_buffer>> _rx_waiter;
+    std::optional<promise<std::optional<net::temporary_buffer>>> _msg_waiter; // message_get's
     bool _peer_fin = false;
     bool _input_closed = false;
     bool _stream_taken = false;

@@ -24,14 +24,33 @@ size_t connection_impl::stream_piece_size() const noexcept {
 }
 
 void connection_impl::deliver_rx(net::temporary_buffer buf) noexcept {
-    if (_rx_waiter && _rx.empty()) {
-        auto pr = std::move(*_rx_waiter);
-        _rx_waiter.reset();
+    if (rx_waiting() && _rx.empty()) {
         consumed(1);
-        pr.set_value(std::move(buf));
+        wake_reader(std::move(buf));
         return;
     }
     _rx.push_back(std::move(buf));
+}
+
+void connection_impl::wake_reader(net::temporary_buffer buf) noexcept {
+    if (_rx_waiter) {
+        std::exchange(_rx_waiter, std::nullopt)->set_value(std::move(buf));
+    } else if (_msg_waiter) {
+        auto pr = std::move(*std::exchange(_msg_waiter, std::nullopt));
+        if (buf.empty()) {
+            pr.set_value(std::nullopt);
+        } else {
+            pr.set_value(std::move(buf));
+        }
+    }
+}
+
+void connection_impl::fail_reader(const std::exception_ptr& ex) noexcept {
+    if (_rx_waiter) {
+        std::exchange(_rx_waiter, std::nullopt)->set_exception(ex);
+    } else if (_msg_waiter) {
+        std::exchange(_msg_waiter, std::nullopt)->set_exception(ex);
+    }
 }
 
 future<net::temporary_buffer> connection_impl::stream_get() {
@@ -51,7 +70,7 @@ future<net::temporary_buffer> connection_impl::stream_get() {
     if (_state != state::established && _state != state::connecting) {
         return make_exception_future<net::temporary_buffer>(_error ? _error : closed_error());
     }
-    if (_rx_waiter) {
+    if (rx_waiting()) {
         return make_exception_future<net::temporary_buffer>(
             std::logic_error("RDMA stream: read while another read is pending"));
     }
@@ -59,12 +78,25 @@ future<net::temporary_buffer> connection_impl::stream_get() {
     return _rx_waiter->get_future();
 }
 
-void connection_impl::stream_abort_read(const std::exception_ptr& ex) noexcept {
-    if (_rx_waiter) {
-        auto pr = std::move(*_rx_waiter);
-        _rx_waiter.reset();
-        pr.set_exception(ex);
+future<std::optional<net::temporary_buffer>> connection_impl::message_get() {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (_rx.empty() && !_peer_fin && !_input_closed &&
+        (_state == state::established || _state == state::connecting) && !rx_waiting()) {
+        _msg_waiter.emplace();
+        return _msg_waiter->get_future();
     }
+    // Not a read that waits: `stream_get` resolves it at once, so `then` runs here.
+    return stream_get().then([](net::temporary_buffer b) -> std::optional<net::temporary_buffer> {
+        // A zero-length SEND is never delivered (nor sent): empty is the end of stream.
+        if (b.empty()) {
+            return std::nullopt;
+        }
+        return std::optional<net::temporary_buffer>(std::move(b));
+    });
+}
+
+void connection_impl::stream_abort_read(const std::exception_ptr& ex) noexcept {
+    fail_reader(ex);
 }
 
 void connection_impl::stream_shutdown_input() noexcept {
@@ -74,13 +106,11 @@ void connection_impl::stream_shutdown_input() noexcept {
     if (n) {
         consumed(n);
     }
-    if (_rx_waiter) {
-        auto pr = std::move(*_rx_waiter);
-        _rx_waiter.reset();
+    if (rx_waiting()) {
         if (_eof_flag) {
             *_eof_flag = true;
         }
-        pr.set_value(net::temporary_buffer());
+        wake_reader(net::temporary_buffer());
     }
 }
 
@@ -187,16 +217,14 @@ void connection_impl::stream_abort() noexcept {
 
 void connection_impl::fail_receive_waiters() noexcept {
     std::exception_ptr ex = _error ? _error : closed_error();
-    if (_rx_waiter) {
-        auto pr = std::move(*_rx_waiter);
-        _rx_waiter.reset();
+    if (rx_waiting()) {
         if (_peer_fin && _rx.empty()) {
             if (_eof_flag) {
                 *_eof_flag = true;
             }
-            pr.set_value(net::temporary_buffer());
+            wake_reader(net::temporary_buffer());
         } else {
-            pr.set_exception(ex);
+            fail_reader(ex);
         }
     }
     if (_imm_waiter) {
