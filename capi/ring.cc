@@ -14,11 +14,13 @@
 #include "net/socket_address.hh"
 #include "shoal/shoal_c.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 using namespace shoal;
 using namespace shoal::capi;
@@ -246,14 +248,35 @@ public:
     uint64_t resume_record() const noexcept { return _resume_record; }
 
     /// Sends `msg` (kept valid by the caller until the future resolves).
-    future<> send(std::span<const char> msg) {
-        if (!_producer) {
-            throw closed_error("the ring producer is closed");
+    future<> send(std::span<const char> msg) { return live().send(msg); }
+
+    /// Writes `msgs` in order and flushes once, so they share doorbells: resolves once all are
+    /// in the consumer's memory (keep the bytes valid until then). Every record is handed to
+    /// the producer before anything waits (write() keeps call order, also for records that wait
+    /// for room), so a later send or send_many on the shard never comes between them.
+    static future<> send_many(std::shared_ptr<producer_state> self, std::vector<std::span<const char>> msgs) {
+        rdma::ring_producer& p = self->live();
+        std::vector<future<>> waiting; // writes not taken at once (the ring was full)
+        for (std::span<const char> m : msgs) {
+            future<> w = p.write(m);
+            if (!w.available() || w.failed()) {
+                waiting.push_back(std::move(w));
+            }
         }
-        return _producer.send(msg);
+        waiting.push_back(p.flush());
+        co_await when_all_succeed(std::move(waiting));
+        (void)self; // held until every write resolved
     }
 
 private:
+    /// The producer, or closed_error once closed (also between the writes of a send_many).
+    rdma::ring_producer& live() {
+        if (!_producer) {
+            throw closed_error("the ring producer is closed");
+        }
+        return _producer;
+    }
+
     future<> close_on_shard() noexcept override {
         _producer = rdma::ring_producer(); // closes the connection; queued sends fail
         return make_ready_future<>();
@@ -319,6 +342,16 @@ int receive(shoal_ring_consumer* c, int timeout_ms, const char* what, OnMessage 
     return rc == SHOAL_OK ? rc : fail(rc, std::string(what) + ": " + text);
 }
 
+/// SHOAL_EINVAL (saying so) when a message of `size` bytes exceeds the ring of `st`.
+int check_size(const producer_state& st, size_t size, const char* what) {
+    if (size > st.max_message()) {
+        return fail(SHOAL_EINVAL, std::string(what) + ": a message of " + std::to_string(size) +
+                                      " bytes exceeds the ring's largest of " +
+                                      std::to_string(st.max_message()));
+    }
+    return SHOAL_OK;
+}
+
 /// A send of `size` bytes: checked here, `fn(state)` returning its future runs on the shard.
 template <typename Fn>
 int blocking_send(shoal_ring_producer* p, size_t size, const char* what, Fn fn) {
@@ -326,10 +359,8 @@ int blocking_send(shoal_ring_producer* p, size_t size, const char* what, Fn fn) 
         return rc;
     }
     auto st = p->state;
-    if (size > st->max_message()) {
-        return fail(SHOAL_EINVAL, std::string(what) + ": a message of " + std::to_string(size) +
-                                      " bytes exceeds the ring's largest of " +
-                                      std::to_string(st->max_message()));
+    if (int rc = check_size(*st, size, what); rc != SHOAL_OK) {
+        return rc;
     }
     st->runtime().engine().submit(st->shard(), [st, fn] { return fn(*st); }).get();
     return SHOAL_OK;
@@ -345,12 +376,27 @@ int async_send(shoal_ring_producer* p, size_t size, shoal_done_cb done, const ch
         return fail(SHOAL_EINVAL, std::string(what) + ": NULL callback");
     }
     auto st = p->state;
-    if (size > st->max_message()) {
-        return fail(SHOAL_EINVAL, std::string(what) + ": a message of " + std::to_string(size) +
-                                      " bytes exceeds the ring's largest of " +
-                                      std::to_string(st->max_message()));
+    if (int rc = check_size(*st, size, what); rc != SHOAL_OK) {
+        return rc;
     }
     return start_async_done(st, what, std::move(fn), done, user);
+}
+
+/// The checks of a send_many of `count` messages (`data[i]`, `sizes[i]` bytes): the arrays, and
+/// every message against the ring before anything is sent. The largest size through `largest`.
+int check_many(size_t count, const void* const* data, const size_t* sizes, const char* what,
+               size_t& largest) {
+    if (count && (!data || !sizes)) {
+        return fail(SHOAL_EINVAL, std::string(what) + ": NULL data or sizes");
+    }
+    largest = 0;
+    for (size_t i = 0; i < count; ++i) {
+        if (!data[i] && sizes[i]) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL data of message " + std::to_string(i));
+        }
+        largest = std::max(largest, sizes[i]);
+    }
+    return SHOAL_OK;
 }
 
 } // namespace
@@ -615,6 +661,59 @@ int shoal_ring_send_buffer_async(shoal_ring_producer* p, const shoal_buffer* buf
             [b, offset, size](producer_state& s) {
                 auto span = b->span(offset, size);
                 return s.send({span.addr, span.length}).finally([span = std::move(span)] {});
+            },
+            user);
+    });
+}
+
+int shoal_ring_send_many(shoal_ring_producer* p, size_t count, const void* const* data, const size_t* sizes) {
+    return guarded([&] {
+        size_t largest = 0;
+        if (int rc = check_many(count, data, sizes, "shoal_ring_send_many", largest); rc != SHOAL_OK) {
+            return rc;
+        }
+        std::vector<std::span<const char>> msgs;
+        msgs.reserve(count);
+        for (size_t i = 0; i < count; ++i) {
+            msgs.emplace_back(static_cast<const char*>(data[i]), sizes[i]);
+        }
+        return blocking_send(p, largest, "shoal_ring_send_many", [msgs = std::move(msgs)](producer_state& s) {
+            return producer_state::send_many(std::static_pointer_cast<producer_state>(s.shared_from_this()),
+                                             msgs);
+        });
+    });
+}
+
+int shoal_ring_send_many_async(shoal_ring_producer* p, size_t count, const void* const* data,
+                               const size_t* sizes, shoal_done_cb done, void* user) {
+    return guarded([&] {
+        size_t largest = 0, total = 0;
+        if (int rc = check_many(count, data, sizes, "shoal_ring_send_many_async", largest); rc != SHOAL_OK) {
+            return rc;
+        }
+        for (size_t i = 0; i < count; ++i) {
+            total += sizes[i];
+        }
+        // One copy of every message, back to back; the spans into it are made on the shard.
+        auto copy = std::make_shared<std::string>();
+        copy->reserve(total);
+        std::vector<size_t> lengths(sizes, sizes + count);
+        for (size_t i = 0; i < count; ++i) {
+            copy->append(static_cast<const char*>(data[i]), sizes[i]);
+        }
+        return async_send(
+            p, largest, done, "shoal_ring_send_many_async",
+            [copy, lengths = std::move(lengths)](producer_state& s) {
+                std::vector<std::span<const char>> msgs;
+                msgs.reserve(lengths.size());
+                size_t at = 0;
+                for (size_t n : lengths) {
+                    msgs.emplace_back(copy->data() + at, n);
+                    at += n;
+                }
+                return producer_state::send_many(
+                           std::static_pointer_cast<producer_state>(s.shared_from_this()), std::move(msgs))
+                    .finally([copy] {});
             },
             user);
     });

@@ -1256,6 +1256,14 @@ future<ring_producer> ring_producer::open(connection c, const remote_region& rin
     r = internal::unseal(r, w).value_or(w >= cap ? w - cap : 0);
     std::memcpy(&capacity, header + ring_layout::capacity_offset, 8);
     std::memcpy(&magic, header + ring_layout::magic_offset, 8);
+    // `records` and `w` are plain words, and this READ cannot tear them (rxe copies bytewise):
+    // the consumer writes both only in `announce`, for a doorbell or a commit index of the
+    // attached connection, and it sent the hello after its last announce before this one.
+    // Until this READ completed nothing can announce: the doorbells and commit WRITEs of this
+    // connection come from this producer after `open`, its stale channel loops ignore an older
+    // connection's (`_gen`), and that connection no longer writes (`attach` refuses a usable
+    // one; polling: `attach` took its last commit index and reset the word). Only `read_index`
+    // moves meanwhile (`release`), hence sealed. `encode(w) == hello` below also checks `w`.
     std::memcpy(&records, header + ring_layout::records_offset, 8);
     std::memcpy(&flags, header + ring_layout::flags_offset, 8);
     if (magic != ring_layout::magic || capacity != cap || r > w || w - r > cap || ((w | r) & 7) != 0 ||

@@ -43,6 +43,8 @@ struct ring_layout {
     /// Offset of the magic number (`magic`) that marks a shoal ring.
     static constexpr size_t magic_offset = 24;
     /// Offset of the count of messages up to the write index (since the ring was created).
+    /// Not sealed, like the write index: both change only when the consumer takes a batch of
+    /// the attached producer, never while a new producer's `open` READs them (see there).
     static constexpr size_t records_offset = 32;
     /// Offset of the commit index of a polling ring: the end of the last batch the producer
     /// wrote, stored by the producer with its own 8-byte WRITE after the batch's data. Sealed:

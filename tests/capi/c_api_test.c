@@ -484,6 +484,8 @@ static void test_rdma_calls_without_rdma(void) {
     CHECK_RC(shoal_ring_send_buffer(NULL, NULL, 0, 1), SHOAL_EINVAL);
     CHECK_RC(shoal_ring_send_async(NULL, "x", 1, NULL, NULL), SHOAL_EINVAL);
     CHECK_RC(shoal_ring_send_buffer_async(NULL, NULL, 0, 1, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_many(NULL, 0, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_many_async(NULL, 0, NULL, NULL, NULL, NULL), SHOAL_EINVAL);
     CHECK_RC(shoal_ring_producer_close(NULL), SHOAL_EINVAL);
     shoal_ring_producer_destroy(NULL);
     shoal_lease* lease = (shoal_lease*)1;
@@ -524,17 +526,18 @@ static void ring_fill(char* p, int i, size_t n) {
         p[k] = (char)((i * 7 + (int)k) & 0xff);
     }
 }
-static int ring_right(const void* data, size_t n, int i) {
+/* The `n` bytes at `data` are those of message i. */
+static int ring_bytes_right(const void* data, size_t n, int i) {
     const unsigned char* p = data;
-    if (n != ring_size(i)) {
-        return 0;
-    }
     for (size_t k = 0; k < n; ++k) {
         if (p[k] != (unsigned char)((i * 7 + (int)k) & 0xff)) {
             return 0;
         }
     }
     return 1;
+}
+static int ring_right(const void* data, size_t n, int i) {
+    return n == ring_size(i) && ring_bytes_right(data, n, i);
 }
 
 enum { ring_messages = 500, async_tail = 60 };
@@ -743,6 +746,112 @@ static void test_ring(shoal_runtime* rt) {
     }
     shoal_ring_consumer_destroy(c);
     shoal_buffer_free(s.buf);
+}
+
+/* Message i of the send_many test: every 8th empty, every 8th of the ring's largest size. */
+static size_t many_size(int i, size_t largest) {
+    return i % 8 == 0 ? 0 : i % 8 == 1 ? largest : ring_size(i);
+}
+
+enum { many_rounds = 12, many_count = 32 };
+
+struct many_sender {
+    shoal_ring_producer* p;
+    size_t largest;
+    struct waiter w;
+    int sent; /* calls that returned SHOAL_OK */
+};
+
+/* Sends many_rounds batches of many_count messages, every other one without waiting. */
+static void* send_many_rounds(void* arg) {
+    struct many_sender* s = arg;
+    static char bytes[many_count][4096];
+    const void* data[many_count];
+    size_t sizes[many_count];
+    for (int round = 0; round < many_rounds; ++round) {
+        for (int k = 0; k < many_count; ++k) {
+            int i = round * many_count + k;
+            sizes[k] = many_size(i, s->largest);
+            ring_fill(bytes[k], i, sizes[k]);
+            data[k] = sizes[k] ? bytes[k] : NULL;
+        }
+        int rc = round % 2 == 0
+                     ? shoal_ring_send_many(s->p, many_count, data, sizes)
+                     : shoal_ring_send_many_async(s->p, many_count, data, sizes, on_set_done, &s->w);
+        s->sent += rc == SHOAL_OK;
+    }
+    return NULL;
+}
+
+/* shoal_ring_send_many through a 4 KiB ring: every message arrives, in order and intact, with
+ * sizes from 0 to the largest (so the batches wait for room); a too-large message in the middle
+ * refuses the whole call and nothing of it arrives. */
+static void test_ring_send_many(shoal_runtime* rt) {
+    char addr[64], where[64];
+    snprintf(addr, sizeof addr, "%s:0", rdma_ip);
+    shoal_ring_consumer* c = NULL;
+    CHECK_RC(shoal_ring_consumer_open(rt, 0, addr, 4096, &c), SHOAL_OK);
+    if (!c) {
+        return;
+    }
+    unsigned char desc[SHOAL_RING_DESCRIPTOR_SIZE];
+    CHECK_RC(shoal_ring_consumer_address(c, where, sizeof where), SHOAL_OK);
+    CHECK_RC(shoal_ring_consumer_descriptor(c, desc, sizeof desc, NULL), SHOAL_OK);
+    shoal_ring_producer* p = NULL;
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, sizeof desc, 5000, &p), SHOAL_OK);
+    if (!p) {
+        shoal_ring_consumer_destroy(c);
+        return;
+    }
+    const size_t largest = shoal_ring_producer_max_message(p);
+    static char out[4096];
+    size_t size = 0;
+
+    /* Refused before anything is sent: one too large in the middle, NULL arrays or data. */
+    static char big[4096];
+    const void* data[3] = {"one", big, "three"};
+    size_t sizes[3] = {3, largest + 1, 5};
+    CHECK_RC(shoal_ring_send_many(p, 3, data, sizes), SHOAL_EINVAL);
+    CHECK(strstr(shoal_last_error(), "exceeds") != NULL);
+    CHECK_RC(shoal_ring_send_many_async(p, 3, data, sizes, on_set_done, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_many(p, 3, NULL, sizes), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_many(p, 3, data, NULL), SHOAL_EINVAL);
+    const void* holes[2] = {"x", NULL};
+    size_t hole_sizes[2] = {1, 1};
+    CHECK_RC(shoal_ring_send_many(p, 2, holes, hole_sizes), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_many_async(p, 1, data, sizes, NULL, NULL), SHOAL_EINVAL); /* no callback */
+    CHECK_RC(shoal_ring_send_many(NULL, 1, data, sizes), SHOAL_EINVAL);
+    CHECK_RC(shoal_ring_send_many(p, 0, NULL, NULL), SHOAL_OK); /* nothing to send */
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 100), SHOAL_ETIMEDOUT);
+
+    /* A sender thread against the receiving main thread. */
+    struct many_sender s = {
+        p, largest, {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL}, 0};
+    pthread_t sender;
+    pthread_create(&sender, NULL, send_many_rounds, &s);
+    int right = 0;
+    for (int i = 0; i < many_rounds * many_count; ++i) {
+        size_t n = 0;
+        int rc = shoal_ring_receive(c, out, sizeof out, &n, 10000);
+        int ok = rc == SHOAL_OK && n == many_size(i, largest) && ring_bytes_right(out, n, i);
+        if (!ok && right == i) {
+            fprintf(stderr, "send_many: message %d: %s, %zu bytes\n", i, shoal_status_name(rc), n);
+        }
+        right += ok;
+    }
+    pthread_join(sender, NULL);
+    CHECK(right == many_rounds * many_count);
+    CHECK(s.sent == many_rounds);
+    CHECK(wait_for(&s.w, many_rounds / 2));
+    CHECK(s.w.ok == many_rounds / 2 && s.w.on_shard_thread == many_rounds / 2);
+    /* Nothing else arrived (the refused calls sent nothing). */
+    CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 100), SHOAL_ETIMEDOUT);
+
+    /* Closed: refused. */
+    CHECK_RC(shoal_ring_producer_close(p), SHOAL_OK);
+    CHECK_RC(shoal_ring_send_many(p, 1, data, sizes), SHOAL_ECLOSED);
+    shoal_ring_producer_destroy(p);
+    shoal_ring_consumer_destroy(c);
 }
 
 static void test_buffers(shoal_runtime* rt) {
@@ -988,6 +1097,8 @@ static void test_rdma_parts(void) {
     test_buffers(rt);
     test_ring(rt);
     lap("ring channel");
+    test_ring_send_many(rt);
+    lap("ring send_many");
     const char* server = getenv("SHOAL_POOL_SERVER");
     if (server) {
         test_pool(rt, server, getenv("SHOAL_POOL_SERVER_PID"));

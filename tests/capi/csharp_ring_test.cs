@@ -2,7 +2,11 @@
 // descriptor of a shoal C++ consumer (capi_rdma_peer ring-consumer, a separate process) and
 // writes COUNT records into its ring, half copied from managed arrays and half from a
 // registered shoal buffer, some of them without waiting; the consumer checks order, lengths and
-// checksums. Also checks that descriptor garbage is refused. Prints "N passed, N failed".
+// checksums. Every 100th record starts a batch of 32 sent by one shoal_ring_send_many (every
+// other one _async), the first holding an empty payload and a message of the ring's largest
+// size; a batch with a too-large message in the middle must be refused with nothing sent (the
+// consumer would see a record out of order). Also checks that descriptor garbage is refused.
+// Prints "N passed, N failed".
 //
 // usage: mono test.exe ADDRESS DESCRIPTOR_HEX COUNT   (run by csharp_ring_test.sh)
 using System;
@@ -15,6 +19,9 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_ring_send(IntPtr producer, byte[] data, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_ring_send_buffer(IntPtr producer, IntPtr buf, UIntPtr offset, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_ring_send_async(IntPtr producer, byte[] data, UIntPtr size, DoneCallback done, IntPtr user);
+    /// `data[i]` must stay valid (pinned) during the call; the _async form copies them first.
+    [DllImport(Lib)] public static extern int shoal_ring_send_many(IntPtr producer, UIntPtr count, IntPtr[] data, UIntPtr[] sizes);
+    [DllImport(Lib)] public static extern int shoal_ring_send_many_async(IntPtr producer, UIntPtr count, IntPtr[] data, UIntPtr[] sizes, DoneCallback done, IntPtr user);
     [DllImport(Lib)] public static extern void shoal_ring_producer_destroy(IntPtr producer);
 }
 
@@ -38,14 +45,35 @@ static class Program {
     }
 
     /// Record i: u32 index, u32 n, n payload bytes ((index * 31 + k) & 0xff), u64 FNV-1a.
-    static byte[] Record(int index) {
-        int n = index % 97 == 0 ? 3000 : (index * 37) % 500;
+    static byte[] Record(int index) { return Record(index, index % 97 == 0 ? 3000 : (index * 37) % 500); }
+
+    static byte[] Record(int index, int n) {
         var r = new byte[16 + n];
         BitConverter.GetBytes((uint)index).CopyTo(r, 0);
         BitConverter.GetBytes((uint)n).CopyTo(r, 4);
         for (int k = 0; k < n; k++) { r[8 + k] = (byte)((index * 31 + k) & 0xff); }
         BitConverter.GetBytes(Fnv1a(r, 8, n)).CopyTo(r, 8 + n);
         return r;
+    }
+
+    /// Sends `messages` with one shoal_ring_send_many (or _async, reporting to OnSent), each
+    /// array pinned during the call.
+    static int SendMany(IntPtr p, byte[][] messages, bool async) {
+        var pins = new GCHandle[messages.Length];
+        var data = new IntPtr[messages.Length];
+        var sizes = new UIntPtr[messages.Length];
+        try {
+            for (int k = 0; k < messages.Length; k++) {
+                pins[k] = GCHandle.Alloc(messages[k], GCHandleType.Pinned);
+                data[k] = pins[k].AddrOfPinnedObject();
+                sizes[k] = new UIntPtr((uint)messages[k].Length);
+            }
+            var count = new UIntPtr((uint)messages.Length);
+            return async ? Shoal.shoal_ring_send_many_async(p, count, data, sizes, OnSent, IntPtr.Zero)
+                         : Shoal.shoal_ring_send_many(p, count, data, sizes);
+        } finally {
+            foreach (var h in pins) { if (h.IsAllocated) { h.Free(); } }
+        }
     }
 
     static byte[] Hex(string s) {
@@ -78,11 +106,33 @@ static class Program {
         rc = Shoal.shoal_ring_producer_open(rt, 1, address, descriptor, new UIntPtr((uint)descriptor.Length), 10000, out p);
         Check(rc == Shoal.OK, "producer open: " + Shoal.Name(rc));
         if (rc == Shoal.OK) {
-            Check(Shoal.shoal_ring_producer_max_message(p).ToUInt64() == (64 << 10) - 8, "largest message of a 64 KiB ring");
+            int largest = (int)Shoal.shoal_ring_producer_max_message(p).ToUInt64();
+            Check(largest == (64 << 10) - 8, "largest message of a 64 KiB ring");
+            // A too-large message in the middle: refused, nothing sent (else the consumer sees
+            // records 0 and 1 twice).
+            int refused = SendMany(p, new byte[][] { Record(0), new byte[largest + 1], Record(1) }, false);
+            Check(refused == Shoal.EINVAL, "a batch with a too-large message refused: " + Shoal.Name(refused));
+            refused = SendMany(p, new byte[][] { Record(0), new byte[largest + 1] }, true);
+            Check(refused == Shoal.EINVAL, "the same without waiting: " + Shoal.Name(refused));
             IntPtr buf;
             Check(Shoal.shoal_buffer_alloc(rt, 1, new UIntPtr(4096), out buf) == Shoal.OK, "buffer alloc");
-            int sent = 0, asyncSent = 0;
+            int sent = 0, asyncSent = 0, batches = 0;
             for (int i = 0; i < count; i++) {
+                if (i % 100 == 50 && i + 32 <= count) {  // a batch of 32: one call
+                    var batch = new byte[32][];
+                    for (int k = 0; k < 32; k++) { batch[k] = Record(i + k); }
+                    if (batches == 0) {
+                        batch[0] = Record(i, 0);
+                        batch[1] = Record(i + 1, largest - 16);
+                    }
+                    bool async = batches++ % 2 == 1;
+                    int b = SendMany(p, batch, async);
+                    if (b != Shoal.OK) { Check(false, "send_many at " + i + ": " + Shoal.Name(b)); break; }
+                    asyncSent += async ? 1 : 0;
+                    sent += 32;
+                    i += 31;
+                    continue;
+                }
                 byte[] r = Record(i);
                 int s;
                 if (i % 4 == 1) {  // from a registered buffer, without a copy by the library
@@ -97,6 +147,7 @@ static class Program {
                 if (s == Shoal.OK) { sent++; } else { Check(false, "send " + i + ": " + Shoal.Name(s)); break; }
             }
             Check(sent == count, "every record sent (" + sent + " of " + count + ")");
+            Check(batches >= count / 100 - 1, "records sent in batches of 32 (" + batches + " batches)");
             for (int waited = 0; Volatile.Read(ref asyncDone) < asyncSent && waited < 30000; waited += 10) { Thread.Sleep(10); }
             Check(asyncOk == asyncSent, "every send without waiting completed (" + asyncOk + " of " + asyncSent + ")");
             Shoal.shoal_buffer_free(buf);

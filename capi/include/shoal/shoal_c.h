@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 4
+#define SHOAL_C_VERSION_MINOR 5
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -277,6 +277,20 @@ SHOAL_C_API int shoal_ring_send_async(shoal_ring_producer* p, const void* data, 
  *  `done` ran (the caller may free the handle at once; it must not write the bytes meanwhile). */
 SHOAL_C_API int shoal_ring_send_buffer_async(shoal_ring_producer* p, const shoal_buffer* buf, size_t offset,
                                              size_t size, shoal_done_cb done, void* user);
+/** Sends `count` messages (`data[i]`, `sizes[i]` bytes; `data[i]` may be NULL when its size is
+ *  0) in order, in one hop to the producer's shard: they are written into the ring's staging
+ *  area together and share doorbells (one per batch instead of one per message). Returns once
+ *  all are in the consumer's memory. A message larger than the ring fails the whole call with
+ *  SHOAL_EINVAL before anything is sent; a full ring makes it wait as shoal_ring_send does. On
+ *  SHOAL_ECONNECTION (or SHOAL_ECLOSED by a close meanwhile) a prefix of the messages may have
+ *  arrived: a new producer's shoal_ring_producer_resume_record says how many. Since minor 5. */
+SHOAL_C_API int shoal_ring_send_many(shoal_ring_producer* p, size_t count, const void* const* data,
+                                     const size_t* sizes);
+/** shoal_ring_send_many without waiting: every message is copied before it returns; `done` runs
+ *  once on the producer's shard thread when all are in the consumer's memory (or the send
+ *  failed). Errors of the arguments are returned here (and `done` never runs). Since minor 5. */
+SHOAL_C_API int shoal_ring_send_many_async(shoal_ring_producer* p, size_t count, const void* const* data,
+                                           const size_t* sizes, shoal_done_cb done, void* user);
 /** Closes the connection (sends still waiting for room fail with SHOAL_ECLOSED). Idempotent. */
 SHOAL_C_API int shoal_ring_producer_close(shoal_ring_producer* p);
 /** Closes `p` if open and frees it. NULL is ignored. */
