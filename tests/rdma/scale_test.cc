@@ -324,6 +324,7 @@ TEST(scale, one_shard_holds_many_idle_connections_in_bounded_memory) {
 
 TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
     rdma::options o = test_options();
+    o.connection.give_back_after = 100ms; // the quiet sweep's period
     int rc = run_rdma(
         2,
         []() -> future<> {
@@ -357,7 +358,7 @@ TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
                 peak = std::max(peak, ctx.srq().committed() - base);
             }
             co_await std::move(sender);
-            EXPECT_GT(peak, 2 * co.idle_credits + co.ctrl_credits) << "the window never opened";
+            EXPECT_GT(peak, co.idle_credits + co.ctrl_credits) << "the window never opened";
             EXPECT_LE(peak, co.credits + co.ctrl_credits) << "more than the largest window was promised";
 
             // Calm: one message at a time; the window closes back to the idle window.
@@ -376,7 +377,16 @@ TEST(scale, a_receive_window_opens_under_load_and_closes_back_when_calm) {
             // return on messages of their own looks busy now and then (see docs/rdma.md, "Limits").
             const unsigned after = ctx.srq().committed() - base;
             EXPECT_LE(after, 2 * co.idle_credits + co.ctrl_credits) << "the window did not close";
-            EXPECT_LT(after, peak);
+            // Quiet: within a sweep period or two at most the idle window is promised (what calm
+            // traffic left open closes, connection_impl::close_idle_window; the last immediate
+            // read is consumed by the next read, so one credit may not be granted again yet).
+            const bool closed = co_await eventually(
+                [&] { return ctx.srq().committed() - base <= co.idle_credits + co.ctrl_credits; }, 5000ms);
+            const auto peer = co_await submit_to(1, [] { return shard_connections[0].stats(); });
+            EXPECT_TRUE(closed) << "still " << ctx.srq().committed() - base
+                                << " promised after quiet; withdrawn " << s.stats().credits_withdrawn
+                                << ", taken back " << s.stats().credits_taken_back << ", the peer gave back "
+                                << peer.credits_given_back << ", ctrl sent " << s.stats().ctrl_sent;
             co_await submit_to(1, [] { shard_connections.clear(); });
             s = rdma::connection();
             srv.exported.revoke();
