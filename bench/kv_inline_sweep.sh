@@ -58,19 +58,6 @@ echo "== P50 µs, median of the rounds (every round's value in brackets)"
 echo "| value | PUT inline | PUT granted | granted / inline | GET inline | GET location + READ | READ / inline |"
 echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for size in $sizes; do
-    awk -v s="$size" '
-        function median(name,   n, i, j, t, v) {
-            n = split(vals[name], v, " ")
-            if (n == 0) return "n/a"
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
-            return v[int((n + 1) / 2)]
-        }
-        function cellof(name,   m) { m = median(name); return m == "n/a" ? m : m " [" substr(vals[name], 2) "]" }
-        function ratio(a, b,   x, y) { x = median(a); y = median(b); return (x == "n/a" || y == "n/a" || y == 0) ? "n/a" : sprintf("%.2f", x / y) }
-        $1 == s && $3 != "" { vals[$2] = vals[$2] " " $3 }
-        END {
-            printf "| %d | %s | %s | %s | %s | %s | %s |\n", s, cellof("put-inline"), cellof("put-granted"),
-                ratio("put-granted", "put-inline"), cellof("get-inline"), cellof("get-read"), ratio("get-read", "get-inline")
-        }' "$out/results.txt"
+    pair_row "$size" put-inline put-granted get-inline get-read
 done
 echo "load: $(cat /proc/loadavg) (guest)"

@@ -59,3 +59,21 @@ read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max
     awk '/^ *#bytes/{getline; print}' "$out/perf-client.txt"
     wait "$perf"
 }
+
+pair_row() { # pair_row SIZE A1 B1 A2 B2: a table row of results.txt ("size name p50" lines), medians
+    # of the rounds (every round's value in brackets): | SIZE | A1 | B1 | B1 / A1 | A2 | B2 | B2 / A2 |
+    awk -v s="$1" -v a1="$2" -v b1="$3" -v a2="$4" -v b2="$5" '
+        function median(name,   n, i, j, t, v) {
+            n = split(vals[name], v, " ")
+            if (n == 0) return "n/a"
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+            return v[int((n + 1) / 2)]
+        }
+        function cellof(name,   m) { m = median(name); return m == "n/a" ? m : m " [" substr(vals[name], 2) "]" }
+        function ratio(a, b,   x, y) { x = median(a); y = median(b); return (x == "n/a" || y == "n/a" || y == 0) ? "n/a" : sprintf("%.2f", x / y) }
+        $1 == s && $3 != "" { vals[$2] = vals[$2] " " $3 }
+        END {
+            printf "| %d | %s | %s | %s | %s | %s | %s |\n", s, cellof(a1), cellof(b1), ratio(b1, a1),
+                cellof(a2), cellof(b2), ratio(b2, a2)
+        }' "$out/results.txt"
+}
