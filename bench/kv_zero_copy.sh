@@ -20,23 +20,15 @@ sizes=${KV_ZC_SIZES:-65536 1000000}
 echo "load: $(cat /proc/loadavg) (guest)"
 start_kv_server
 
-cell() { # cell ROUND SIZE NAME ARGS...: one cell, its P50 appended to results.txt
-    cell_round=$1 cell_size=$2 cell_name=$3
-    shift 3
-    bench "$cell_name $cell_size B (round $cell_round)" --transport rdma --port 11400 --keys 20 \
-        --value-size "$cell_size" "$@"
-    echo "$cell_size $cell_name $(p50)" >>"$out/results.txt"
-}
-
 # Not counted: the first cells after the guest boots run slower than the same cells later.
 bench "warm-up" --transport rdma --port 11400 --keys 20 --value-size 65536 --get-ratio 0.5 >/dev/null
 
 for round in $(seq "${KV_ZC_ROUNDS:-3}"); do
     for size in $sizes; do
-        put_copy="cell $round $size put-copy --get-ratio 0"
-        put_zc="cell $round $size put-zc --get-ratio 0 --zero-copy"
-        get_copy="cell $round $size get-copy --get-ratio 1"
-        get_zc="cell $round $size get-zc --get-ratio 1 --zero-copy"
+        put_copy="cell $round $size put-copy --get-ratio 0 --keys 20"
+        put_zc="cell $round $size put-zc --get-ratio 0 --zero-copy --keys 20"
+        get_copy="cell $round $size get-copy --get-ratio 1 --keys 20"
+        get_zc="cell $round $size get-zc --get-ratio 1 --zero-copy --keys 20"
         if [ $((round % 2)) = 1 ]; then
             $put_copy
             $put_zc
@@ -52,11 +44,5 @@ for round in $(seq "${KV_ZC_ROUNDS:-3}"); do
 done
 stop_kv_server
 
-echo
-echo "== P50 µs, median of the rounds (every round's value in brackets)"
-echo "| value | PUT copy | PUT zero-copy | zero-copy / copy | GET copy | GET zero-copy | zero-copy / copy |"
-echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-for size in $sizes; do
-    pair_row "$size" put-copy put-zc get-copy get-zc
-done
+pair_table "| value | PUT copy | PUT zero-copy | zero-copy / copy | GET copy | GET zero-copy | zero-copy / copy |" put-copy put-zc get-copy get-zc
 echo "load: $(cat /proc/loadavg) (guest)"
