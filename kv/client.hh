@@ -134,7 +134,7 @@ private:
 void check_key(std::string_view key);
 
 /// The capacity `client::get_into` needs for a value of `value_len` bytes under a key of `key_len`
-/// bytes: the whole record a READ fetches (the value plus 72 to 87 bytes and the key).
+/// bytes: the whole record a READ fetches (the value, the key and 72 to 79 bytes).
 size_t get_into_capacity(size_t key_len, size_t value_len) noexcept;
 
 } // namespace shoal::kv
