@@ -19,13 +19,6 @@ sizes=${KV_SWEEP_SIZES:-256 1024 2048 4096 8192 16384 32768 65536}
 echo "load: $(cat /proc/loadavg) (guest)"
 start_kv_server
 
-cell() { # cell ROUND SIZE NAME ARGS...: one cell, its P50 appended to results.txt
-    cell_round=$1 cell_size=$2 cell_name=$3
-    shift 3
-    bench "$cell_name $cell_size B (round $cell_round)" --transport rdma --port 11400 --value-size "$cell_size" "$@"
-    echo "$cell_size $cell_name $(p50)" >>"$out/results.txt"
-}
-
 # Not counted: the first cells after the guest boots ran 4-40x slower than the same cells later.
 bench "warm-up" --transport rdma --port 11400 --value-size 4096 --get-ratio 0.5 --no-location-cache >/dev/null
 
@@ -53,24 +46,5 @@ for round in $(seq "${KV_SWEEP_ROUNDS:-3}"); do
 done
 stop_kv_server
 
-echo
-echo "== P50 µs, median of the rounds (every round's value in brackets)"
-echo "| value | PUT inline | PUT granted | granted / inline | GET inline | GET location + READ | READ / inline |"
-echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-for size in $sizes; do
-    awk -v s="$size" '
-        function median(name,   n, i, j, t, v) {
-            n = split(vals[name], v, " ")
-            if (n == 0) return "n/a"
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
-            return v[int((n + 1) / 2)]
-        }
-        function cellof(name,   m) { m = median(name); return m == "n/a" ? m : m " [" substr(vals[name], 2) "]" }
-        function ratio(a, b,   x, y) { x = median(a); y = median(b); return (x == "n/a" || y == "n/a" || y == 0) ? "n/a" : sprintf("%.2f", x / y) }
-        $1 == s && $3 != "" { vals[$2] = vals[$2] " " $3 }
-        END {
-            printf "| %d | %s | %s | %s | %s | %s | %s |\n", s, cellof("put-inline"), cellof("put-granted"),
-                ratio("put-granted", "put-inline"), cellof("get-inline"), cellof("get-read"), ratio("get-read", "get-inline")
-        }' "$out/results.txt"
-done
+pair_table "| value | PUT inline | PUT granted | granted / inline | GET inline | GET location + READ | READ / inline |" put-inline put-granted get-inline get-read
 echo "load: $(cat /proc/loadavg) (guest)"

@@ -59,3 +59,38 @@ read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max
     awk '/^ *#bytes/{getline; print}' "$out/perf-client.txt"
     wait "$perf"
 }
+
+cell() { # cell ROUND SIZE NAME ARGS...: one RDMA cell, its P50 appended to $out/results.txt
+    cell_round=$1 cell_size=$2 cell_name=$3
+    shift 3
+    bench "$cell_name $cell_size B (round $cell_round)" --transport rdma --port 11400 --value-size "$cell_size" "$@"
+    echo "$cell_size $cell_name $(p50)" >>"$out/results.txt"
+}
+
+pair_table() { # pair_table "HEADER" A1 B1 A2 B2: pair_row for each of $sizes under a table header
+    echo
+    echo "== P50 µs, median of the rounds (every round's value in brackets)"
+    echo "$1"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for pt_size in $sizes; do
+        pair_row "$pt_size" "$2" "$3" "$4" "$5"
+    done
+}
+
+pair_row() { # pair_row SIZE A1 B1 A2 B2: a table row of results.txt ("size name p50" lines), medians
+    # of the rounds (every round's value in brackets): | SIZE | A1 | B1 | B1 / A1 | A2 | B2 | B2 / A2 |
+    awk -v s="$1" -v a1="$2" -v b1="$3" -v a2="$4" -v b2="$5" '
+        function median(name,   n, i, j, t, v) {
+            n = split(vals[name], v, " ")
+            if (n == 0) return "n/a"
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+            return v[int((n + 1) / 2)]
+        }
+        function cellof(name,   m) { m = median(name); return m == "n/a" ? m : m " [" substr(vals[name], 2) "]" }
+        function ratio(a, b,   x, y) { x = median(a); y = median(b); return (x == "n/a" || y == "n/a" || y == 0) ? "n/a" : sprintf("%.2f", x / y) }
+        $1 == s && $3 != "" { vals[$2] = vals[$2] " " $3 }
+        END {
+            printf "| %d | %s | %s | %s | %s | %s | %s |\n", s, cellof(a1), cellof(b1), ratio(b1, a1),
+                cellof(a2), cellof(b2), ratio(b2, a2)
+        }' "$out/results.txt"
+}

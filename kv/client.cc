@@ -3,7 +3,10 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "kv/rdma_transport.hh"
+#include "kv/record.hh"
 #include "kv/text_transport.hh"
+#include "net/rdma/context.hh"
+#include "net/rdma/memory_pool.hh"
 
 #include <stdexcept>
 
@@ -36,7 +39,31 @@ std::vector<std::unique_ptr<internal::client_transport>> make_transports(const c
     return out;
 }
 
+/// The `length` bytes at `offset` of `b` as a span holding `b`; a `bad_request` error when `b` is
+/// empty, not from this shard's pool or too short.
+net::rdma::local_span registered_span(const net::rdma::buffer& b, size_t offset, size_t length) {
+    auto refuse = [](const std::string& why) {
+        throw client_error(client_errc::bad_request, 0, "kv registered buffer: " + why);
+    };
+    if (!b) {
+        refuse("empty");
+    }
+    auto* ctx = net::rdma::shard_context::local_or_null();
+    if (!ctx || !ctx->pool().lkey_of(b.data(), b.capacity())) {
+        refuse("not from this shard's RDMA pool (another shard's, or RDMA not started here)");
+    }
+    if (offset > b.capacity() || length > b.capacity() - offset || length > UINT32_MAX) {
+        refuse(std::to_string(length) + " bytes at offset " + std::to_string(offset) + " exceed its " +
+               std::to_string(b.capacity()));
+    }
+    return net::rdma::span_of(b, offset, length);
+}
+
 } // namespace
+
+size_t get_into_capacity(size_t key_len, size_t value_len) noexcept {
+    return record::bytes(key_len, value_len);
+}
 
 void check_key(std::string_view key) {
     if (key.empty() || key.size() > 250) {
@@ -146,6 +173,50 @@ future<store_outcome> client::replace(std::string_view key, std::string_view val
 future<store_outcome> client::cas(std::string_view key, std::string_view value, uint64_t cas_unique,
                                   uint32_t flags, int64_t exptime) {
     return store(internal::store_op::cas, key, value, flags, exptime, cas_unique);
+}
+
+future<store_outcome> client::store_from(internal::store_op op, std::string_view key,
+                                         const net::rdma::buffer& src, size_t offset, size_t length,
+                                         uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    net::rdma::local_span span;
+    try {
+        check_key(key);
+        span = registered_span(src, offset, length);
+    } catch (...) {
+        return make_exception_future<store_outcome>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->store_from(op, key, std::move(span), flags, exptime, cas_unique);
+}
+
+future<store_outcome> client::set_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                       size_t length, uint32_t flags, int64_t exptime) {
+    return store_from(internal::store_op::set, key, src, offset, length, flags, exptime, 0);
+}
+
+future<store_outcome> client::add_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                       size_t length, uint32_t flags, int64_t exptime) {
+    return store_from(internal::store_op::add, key, src, offset, length, flags, exptime, 0);
+}
+
+future<store_outcome> client::replace_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                           size_t length, uint32_t flags, int64_t exptime) {
+    return store_from(internal::store_op::replace, key, src, offset, length, flags, exptime, 0);
+}
+
+future<store_outcome> client::cas_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                       size_t length, uint64_t cas_unique, uint32_t flags, int64_t exptime) {
+    return store_from(internal::store_op::cas, key, src, offset, length, flags, exptime, cas_unique);
+}
+
+future<std::optional<placed_value>> client::get_into(std::string_view key, net::rdma::buffer& dst) {
+    net::rdma::local_span span;
+    try {
+        check_key(key);
+        span = registered_span(dst, 0, dst ? dst.capacity() : 0);
+    } catch (...) {
+        return make_exception_future<std::optional<placed_value>>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->get_into(std::string(key), std::move(span));
 }
 
 future<bool> client::remove(std::string_view key) {

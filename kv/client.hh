@@ -14,6 +14,10 @@
 #include <string_view>
 #include <vector>
 
+namespace shoal::net::rdma {
+class buffer;
+} // namespace shoal::net::rdma
+
 namespace shoal::kv {
 
 /// What a `kv::client` connects to and how it spreads keys.
@@ -40,8 +44,10 @@ struct client_config {
 /// future resolves with its own reply. Failures are `client_error`s: `bad_request` before
 /// anything is sent (bad key), `connection` (refused, broken, garbled reply; every request in
 /// flight to that server fails), `server` (ERROR / CLIENT_ERROR / SERVER_ERROR; only that
-/// request fails). Keys and values are copied during each call. Arguments and results are plain
-/// values so that a C ABI can wrap it. Call `close()` and wait for it before destroying.
+/// request fails). Keys and values are copied during each call; the `_from` / `_into` calls use
+/// a registered buffer of the calling shard's pool (`net::rdma::buffer`) instead, zero-copy over
+/// RDMA (docs/kv.md). Arguments and results are plain values so that a C ABI can wrap it. Call
+/// `close()` and wait for it before destroying.
 class client {
 public:
     /// A client of `cfg.servers`. Throws std::invalid_argument when the list is empty or an
@@ -69,6 +75,35 @@ public:
     /// `not_found` if it is gone).
     future<store_outcome> cas(std::string_view key, std::string_view value, uint64_t cas_unique,
                               uint32_t flags = 0, int64_t exptime = 0);
+
+    /// `set` of the `length` bytes at `offset` of `src`, a buffer of this shard's RDMA pool. Over
+    /// RDMA a granted value (larger than `rdma_client_options::inline_put_max` or one message) is
+    /// WRITTEN straight from `src`; an inline one, and any over TCP, is copied. The call holds a
+    /// reference on `src`'s memory until the future resolves (the pool does not reuse it even if
+    /// `src` is destroyed); do not change those bytes before then. A `bad_request` error when `src`
+    /// is empty, from another shard's pool (or the shard has no RDMA), or the range exceeds it.
+    future<store_outcome> set_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                   size_t length, uint32_t flags = 0, int64_t exptime = 0);
+    /// `add` from a registered buffer (as `set_from`).
+    future<store_outcome> add_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                   size_t length, uint32_t flags = 0, int64_t exptime = 0);
+    /// `replace` from a registered buffer (as `set_from`).
+    future<store_outcome> replace_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                       size_t length, uint32_t flags = 0, int64_t exptime = 0);
+    /// `cas` from a registered buffer (as `set_from`).
+    future<store_outcome> cas_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
+                                   size_t length, uint64_t cas_unique, uint32_t flags = 0,
+                                   int64_t exptime = 0);
+    /// The value of `key` placed in `dst`, a buffer of this shard's RDMA pool: where it lies there
+    /// (nullopt when missing). Over RDMA the record is READ straight into `dst` and validated there
+    /// (the value then starts after the record's header: see `placed_value::offset`; a READ that
+    /// raced a change is retried into `dst`); an inline answer, and any over TCP, is copied to
+    /// offset 0. `dst` needs `get_into_capacity(key.size(), value size)` bytes (TCP: the value's);
+    /// a smaller one fails the call with a `bad_request` error naming the size needed. The call
+    /// holds a reference on `dst`'s memory until the future resolves; do not touch its bytes before
+    /// then. The same `bad_request` errors as `set_from` for an unusable buffer.
+    future<std::optional<placed_value>> get_into(std::string_view key, net::rdma::buffer& dst);
+
     /// Deletes `key`: true when it existed.
     future<bool> remove(std::string_view key);
     /// Adds `delta` to the decimal number stored at `key` (wrapping at 2^64): the new value,
@@ -87,6 +122,9 @@ public:
 private:
     future<store_outcome> store(internal::store_op op, std::string_view key, std::string_view value,
                                 uint32_t flags, int64_t exptime, uint64_t cas_unique);
+    future<store_outcome> store_from(internal::store_op op, std::string_view key,
+                                     const net::rdma::buffer& src, size_t offset, size_t length,
+                                     uint32_t flags, int64_t exptime, uint64_t cas_unique);
     std::vector<std::unique_ptr<internal::client_transport>> _servers;
     ketama_ring _ring;
 };
@@ -94,5 +132,9 @@ private:
 /// Throws `client_error` (bad_request) unless `key` is a valid memcached key: 1 to 250 bytes,
 /// no spaces or control characters.
 void check_key(std::string_view key);
+
+/// The capacity `client::get_into` needs for a value of `value_len` bytes under a key of `key_len`
+/// bytes: the whole record a READ fetches (the value, the key and 72 to 79 bytes).
+size_t get_into_capacity(size_t key_len, size_t value_len) noexcept;
 
 } // namespace shoal::kv

@@ -2,8 +2,10 @@
 
 #include "core/future.hh"
 #include "kv/client_types.hh"
+#include "net/rdma/memory_region.hh"
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,10 +16,24 @@ namespace shoal::kv::internal {
 /// The storage commands a transport carries.
 enum class store_op { set, add, replace, cas };
 
+/// Copies `value` to the start of `dst` (a `get_into` answered by copying): where it lies, or
+/// nullopt when `dst` is too small for it.
+inline std::optional<placed_value> copy_into(const net::rdma::local_span& dst, std::string_view value,
+                                             uint32_t flags, uint64_t cas) noexcept {
+    if (value.size() > dst.length) {
+        return std::nullopt;
+    }
+    if (!value.empty()) {
+        std::memcpy(dst.addr, value.data(), value.size());
+    }
+    return placed_value{0, value.size(), flags, cas};
+}
+
 /// How `kv::client` talks to one server: the memcached text protocol over TCP today
 /// (`text_transport`), the native RDMA protocol later. Requests may be issued without waiting
 /// for earlier ones; a transport pipelines them and resolves each future with its own reply.
-/// Keys and values are read during the call only. Failures are `client_error`s. Single-shard.
+/// Keys and values are read during the call only (registered spans: until the future resolves).
+/// Failures are `client_error`s. Single-shard.
 class client_transport {
 public:
     virtual ~client_transport() = default;
@@ -26,6 +42,16 @@ public:
     /// A storage command (`cas_unique` only for `store_op::cas`).
     virtual future<store_outcome> store(store_op op, std::string_view key, std::string_view value,
                                         uint32_t flags, int64_t exptime, uint64_t cas_unique) = 0;
+    /// A storage command whose value is the registered memory `src` (`kv::client::set_from`): the
+    /// RDMA transport WRITEs a granted value straight from it, others copy it. The span holds its
+    /// pool buffer until the future resolves.
+    virtual future<store_outcome> store_from(store_op op, std::string_view key, net::rdma::local_span src,
+                                             uint32_t flags, int64_t exptime, uint64_t cas_unique) = 0;
+    /// The value of `key` placed in the registered memory `dst` (`kv::client::get_into`), nullopt
+    /// when missing; a `bad_request` error when `dst` is too small. The RDMA transport READs the
+    /// record into `dst` and validates it there (the value follows the record's header), others
+    /// copy the value to its start. The span holds its pool buffer until the future resolves.
+    virtual future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) = 0;
     /// Deletes `key`: true when it existed.
     virtual future<bool> remove(std::string_view key) = 0;
     /// incr (`incr` true) or decr by `delta`: the new value, nullopt when the key is missing.

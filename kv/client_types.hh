@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,15 @@ struct fetched_value {
     uint64_t cas = 0;   ///< the CAS unique of this version
 };
 
+/// Where `kv::client::get_into` left a value in the caller's registered buffer: bytes
+/// [offset, offset + length), with the client flags and CAS unique stored with it.
+struct placed_value {
+    size_t offset = 0;  ///< where the value starts in the buffer
+    size_t length = 0;  ///< the value's bytes
+    uint32_t flags = 0; ///< the 32-bit client flags given when it was stored
+    uint64_t cas = 0;   ///< the CAS unique of this version
+};
+
 /// What a storage command did, as memcached answers it.
 enum class store_outcome {
     stored,     ///< STORED
@@ -24,7 +34,8 @@ enum class store_outcome {
 
 /// Why a `kv::client` request failed.
 enum class client_errc {
-    bad_request, ///< refused before sending: bad key, client closed, no servers
+    bad_request, ///< refused before sending: bad key, client closed, no servers, an unusable
+                 ///< registered buffer; or a `get_into` buffer too small for the value
     connection,  ///< connect failed, the connection broke or the server's reply made no sense
     server,      ///< the server answered ERROR, CLIENT_ERROR or SERVER_ERROR (text in what())
 };

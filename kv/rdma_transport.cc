@@ -293,7 +293,7 @@ void rdma_transport::remember(const std::string& key, const wire::response& h, u
     _cache[key] = location{h.addr, h.rkey, h.len, shard};
 }
 
-std::optional<fetched_value> rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
+std::optional<record::view> rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
     record::view v;
     // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
     // by more than the one-way delay): an item past its exptime is not served from a READ.
@@ -306,10 +306,22 @@ std::optional<fetched_value> rdma_transport::decode(const char* buf, uint32_t le
         ++_stats.invalid_reads;
         return std::nullopt;
     }
-    return fetched_value{std::string(v.value), v.flags, v.version};
+    return v;
 }
 
-future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
+future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
+    placed_value where;
+    std::optional<fetched_value> v = co_await read_value(std::move(key), &dst, &where);
+    if (!v) {
+        co_return std::nullopt;
+    }
+    where.flags = v->flags;
+    where.cas = v->cas;
+    co_return where;
+}
+
+future<std::optional<fetched_value>> rdma_transport::read_value(std::string key, rdma::local_span* dst,
+                                                                placed_value* where) {
     if (_closed) {
         fail(client_errc::bad_request, "client closed");
     }
@@ -321,8 +333,8 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
     const unsigned shard = shard_of_key(key);
     location loc;
     bool from_cache = false; // this READ is of a cached location (no control round trip)
-    if (auto it = _cache.find(key); it != _cache.end()) {
-        loc = it->second;
+    if (auto it = _cache.find(key); it != _cache.end() && (!dst || it->second.len <= dst->length)) {
+        loc = it->second; // (a record too long for `dst` may have shrunk since: ask the server)
         from_cache = true;
     }
     for (unsigned round = 0;;) {
@@ -348,22 +360,43 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
             remember(key, r.h, shard);
             if (r.h.is_inline) {
                 ++_stats.inline_values;
-                co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
+                if (!dst) {
+                    co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
+                }
+                std::optional<placed_value> placed = copy_into(*dst, r.value, r.h.flags, r.h.version);
+                if (!placed) {
+                    fail(client_errc::bad_request, "get_into: the value of '" + key + "' has " +
+                                                       std::to_string(r.value.size()) +
+                                                       " bytes, the buffer " + std::to_string(dst->length));
+                }
+                *where = *placed;
+                co_return fetched_value{{}, r.h.flags, r.h.version};
             }
             loc = location{r.h.addr, r.h.rkey, r.h.len, shard};
+            if (dst && loc.len > dst->length) {
+                fail(client_errc::bad_request,
+                     "get_into: the record of '" + key + "' has " + std::to_string(loc.len) +
+                         " bytes (get_into_capacity), the buffer " + std::to_string(dst->length));
+            }
         }
         // The READ, in this coroutine (not one of its own): its completion resumes the GET
         // directly, one task hand-off less per GET.
         std::shared_ptr<shard_conn> s = _shards[loc.shard];
-        rdma::buffer b = rdma::shard_context::local().pool().allocate(loc.len);
+        rdma::buffer b; // without `dst`: a pool buffer of our own
+        rdma::local_span into;
+        if (dst) {
+            into = rdma::local_span{dst->addr, loc.len, dst->lkey, dst->hold};
+        } else {
+            b = rdma::shard_context::local().pool().allocate(loc.len);
+            into = rdma::span_of(b, 0, loc.len);
+        }
         ++_stats.reads;
         if (timing) {
             timing->posted = std::chrono::steady_clock::now();
         }
         std::optional<client_error> failed;
         try {
-            co_await s->c.read(rdma::span_of(b, 0, loc.len),
-                               rdma::remote_region{loc.addr, loc.rkey, loc.len});
+            co_await s->c.read(std::move(into), rdma::remote_region{loc.addr, loc.rkey, loc.len});
         } catch (const std::exception& e) {
             failed.emplace(broken_by(*s, e));
         }
@@ -373,7 +406,7 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
         if (timing) {
             timing->completed = std::chrono::steady_clock::now();
         }
-        std::optional<fetched_value> v = decode(b.data(), loc.len, key);
+        std::optional<record::view> v = decode(dst ? dst->addr : b.data(), loc.len, key);
         if (v && from_cache) {
             ++_stats.direct_reads;
             if (timing) {
@@ -384,8 +417,13 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
                 _stats.timed_after_ns += ns(std::chrono::steady_clock::now() - timing->completed);
             }
         }
+        if (v && dst) {
+            ++_stats.zero_copy_gets;
+            *where = placed_value{size_t(v->value.data() - dst->addr), v->value.size(), v->flags, v->version};
+            co_return fetched_value{{}, v->flags, v->version};
+        }
         if (v) {
-            co_return v;
+            co_return fetched_value{std::string(v->value), v->flags, v->version};
         }
         if (from_cache) {
             ++_stats.cache_misses;
@@ -454,8 +492,20 @@ const char* status_text(wire::status s) {
 }
 } // namespace
 
-future<store_outcome> rdma_transport::store(store_op op, std::string_view key_in, std::string_view value_in,
+future<store_outcome> rdma_transport::store(store_op op, std::string_view key, std::string_view value,
                                             uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    return put(op, key, value, {}, flags, exptime, cas_unique);
+}
+
+future<store_outcome> rdma_transport::store_from(store_op op, std::string_view key, rdma::local_span src,
+                                                 uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    std::string_view value(src.addr, src.length);
+    return put(op, key, value, std::move(src), flags, exptime, cas_unique);
+}
+
+future<store_outcome> rdma_transport::put(store_op op, std::string_view key_in, std::string_view value_in,
+                                          rdma::local_span src, uint32_t flags, int64_t exptime,
+                                          uint64_t cas_unique) {
     std::string key(key_in);
     co_await prepare_write(key);
     unsigned shard = shard_of_key(key);
@@ -473,9 +523,15 @@ future<store_outcome> rdma_transport::store(store_op op, std::string_view key_in
         r = co_await call(shard, q, key, value_in);
     } else {
         // The value goes to a registered buffer now (the caller's view is only valid during the
-        // call), then straight into the granted slice of the item with one WRITE_WITH_IMM.
-        rdma::buffer b = rdma::shard_context::local().pool().allocate(value_in.size());
-        std::memcpy(b.data(), value_in.data(), value_in.size());
+        // call) unless it is in one already (`store_from`: held by `src`), then straight into the
+        // granted slice of the item with one WRITE_WITH_IMM.
+        if (src.addr) {
+            ++_stats.zero_copy_puts;
+        } else {
+            rdma::buffer b = rdma::shard_context::local().pool().allocate(value_in.size());
+            std::memcpy(b.data(), value_in.data(), value_in.size());
+            src = rdma::span_of(b, 0, value_in.size()); // holds `b`
+        }
         q.code = wire::op::grant;
         ++_stats.granted_puts;
         std::optional<future<reply>> granted;
@@ -498,9 +554,8 @@ future<store_outcome> rdma_transport::store(store_op op, std::string_view key_in
                 r = std::move(g);
             } else {
                 try {
-                    co_await s->commits.write_with_imm(rdma::span_of(b, 0, value_in.size()),
-                                                       rdma::remote_region{g.h.addr, g.h.rkey, g.h.len}, 0,
-                                                       g.h.token);
+                    co_await s->commits.write_with_imm(
+                        std::move(src), rdma::remote_region{g.h.addr, g.h.rkey, g.h.len}, 0, g.h.token);
                 } catch (const std::exception& e) {
                     broken_by(*s, e); // `done` fails with it
                 }

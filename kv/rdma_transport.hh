@@ -6,6 +6,7 @@
 #include "kv/client_transport.hh"
 #include "kv/rdma_client_options.hh"
 #include "kv/rdma_wire.hh"
+#include "kv/record.hh"
 #include "net/rdma/connection.hh"
 #include "net/socket_address.hh"
 
@@ -29,6 +30,9 @@ struct rdma_client_stats {
     uint64_t invalid_reads = 0;    ///< READs whose record did not validate (raced a change)
     uint64_t inline_puts = 0;      ///< stores with the value inline
     uint64_t granted_puts = 0;     ///< stores through grant → WRITE_WITH_IMM → commit
+    uint64_t zero_copy_puts = 0;   ///< of which WRITTEN straight from the caller's buffer (`store_from`)
+    uint64_t zero_copy_gets = 0;   ///< GETs whose record was READ and validated in the caller's
+                                   ///< buffer (`get_into`; not its inline answers, which are copied)
     uint64_t connections = 0;      ///< RDMA connections made (one per server shard)
     uint64_t connect_attempts = 0; ///< connection attempts (a set of shards, or one shard, each)
     uint64_t connect_failures = 0; ///< of which failed
@@ -51,9 +55,10 @@ namespace internal {
 /// trip answered inline or with a location to READ; every READ is validated (kv/record.hh) and
 /// retried through the server when it raced a change. PUT: inline, or grant → one
 /// WRITE_WITH_IMM of the value from a registered buffer (the immediate is the commit token) →
-/// the server's reply. Requests are pipelined: any number in flight per connection. A request not
-/// answered within `request_timeout` breaks its shard connection; a broken shard connection is
-/// made again on the next request to it, with an exponential back-off after failed attempts.
+/// the server's reply. `store_from` / `get_into` WRITE from / READ into the caller's registered
+/// buffer instead of a pool buffer of their own (no copy). Requests are pipelined: any number in flight per
+/// connection. A request not answered within `request_timeout` breaks its shard connection; a broken shard
+/// connection is made again on the next request to it, with an exponential back-off after failed attempts.
 class rdma_transport final : public client_transport {
 public:
     /// A transport to the server whose shard 0 listens at `addr`, number `index` in the client's
@@ -65,12 +70,17 @@ public:
     future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) override;
     future<store_outcome> store(store_op op, std::string_view key, std::string_view value, uint32_t flags,
                                 int64_t exptime, uint64_t cas_unique) override;
+    future<store_outcome> store_from(store_op op, std::string_view key, net::rdma::local_span src,
+                                     uint32_t flags, int64_t exptime, uint64_t cas_unique) override;
+    future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) override;
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<> close() override;
 
     /// One key's value (the building block of `get`).
-    future<std::optional<fetched_value>> get_one(std::string key);
+    future<std::optional<fetched_value>> get_one(std::string key) {
+        return read_value(std::move(key), nullptr, nullptr);
+    }
     /// Drops every cached location (the next GETs take the control path).
     void forget_locations() noexcept { _cache.clear(); }
     /// This transport's counters.
@@ -124,9 +134,19 @@ private:
     struct get_timing {
         std::chrono::steady_clock::time_point start, posted, completed;
     };
-    /// The value of `key` in a record READ into `buf` (`len` bytes), or nullopt when it does not
-    /// validate or has expired (counted in `invalid_reads`).
-    std::optional<fetched_value> decode(const char* buf, uint32_t len, std::string_view key);
+    /// The GET of `key` (cached location, else control round trip; READs validated, retried).
+    /// With `dst`: READs land in `*dst` and the value is left there (`*where` says where; the
+    /// result's `data` stays empty); an inline answer is copied to its start.
+    future<std::optional<fetched_value>> read_value(std::string key, net::rdma::local_span* dst,
+                                                    placed_value* where);
+    /// A store; with `src` (non-empty) a granted value is WRITTEN from it, else from a copy of
+    /// `value`.
+    future<store_outcome> put(store_op op, std::string_view key, std::string_view value,
+                              net::rdma::local_span src, uint32_t flags, int64_t exptime,
+                              uint64_t cas_unique);
+    /// The record READ into `buf` (`len` bytes) when it validates as `key`'s and has not expired,
+    /// else nullopt (counted in `invalid_reads`).
+    std::optional<record::view> decode(const char* buf, uint32_t len, std::string_view key);
     void remember(const std::string& key, const wire::response& h, unsigned shard);
     void fail_all(shard_conn* s, std::exception_ptr ex) noexcept;
     unsigned shard_of_key(std::string_view key) const noexcept;

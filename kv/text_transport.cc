@@ -113,6 +113,29 @@ future<store_outcome> text_transport::store(store_op op, std::string_view key, s
     return enqueue(expect::stored, {}).then([](reply r) { return r.outcome; });
 }
 
+future<store_outcome> text_transport::store_from(store_op op, std::string_view key, net::rdma::local_span src,
+                                                 uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    // `store` copies the value into the write buffer before it returns: the span may go.
+    return store(op, key, std::string_view(src.addr, src.length), flags, exptime, cas_unique);
+}
+
+future<std::optional<placed_value>> text_transport::get_into(std::string key, net::rdma::local_span dst) {
+    std::vector<std::string> keys;
+    keys.push_back(key);
+    std::vector<std::optional<fetched_value>> got = co_await get(std::move(keys));
+    if (!got.front()) {
+        co_return std::nullopt;
+    }
+    const fetched_value& v = *got.front();
+    std::optional<placed_value> placed = copy_into(dst, v.data, v.flags, v.cas);
+    if (!placed) {
+        throw error(client_errc::bad_request, "get_into: the value of '" + key + "' has " +
+                                                  std::to_string(v.data.size()) + " bytes, the buffer " +
+                                                  std::to_string(dst.length));
+    }
+    co_return placed;
+}
+
 future<bool> text_transport::remove(std::string_view key) {
     try {
         check_open(key);

@@ -30,6 +30,11 @@ public:
     future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) override;
     future<store_outcome> store(store_op op, std::string_view key, std::string_view value, uint32_t flags,
                                 int64_t exptime, uint64_t cas_unique) override;
+    /// `store` of a copy of `src`'s bytes (the text protocol sends them from its write buffer).
+    future<store_outcome> store_from(store_op op, std::string_view key, net::rdma::local_span src,
+                                     uint32_t flags, int64_t exptime, uint64_t cas_unique) override;
+    /// `get`, the value copied to the start of `dst`.
+    future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) override;
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<> close() override;

@@ -4,7 +4,10 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/smp.hh"
+#include "kv/client.hh"
 #include "kv/rdma_transport.hh"
+#include "net/rdma/context.hh"
+#include "net/rdma/memory_pool.hh"
 #include "net/tcp/tcp.hh"
 
 #include <algorithm>
@@ -83,6 +86,7 @@ struct client {
 struct shard_part {
     uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
     uint64_t direct_reads = 0, control_gets = 0, inline_puts = 0, granted_puts = 0;
+    uint64_t zero_copy_puts = 0, zero_copy_gets = 0;
     cached_get_split split;
     echo::histogram get_ns;
     echo::histogram set_ns;
@@ -215,6 +219,14 @@ future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, u
     std::mt19937_64 rng(seed);
     std::string value(o.value_max, 'v');
     std::uniform_real_distribution<double> coin(0, 1);
+    // --zero-copy: PUTs from, GETs into this lane's registered buffers (the same bytes as `value`).
+    net::rdma::buffer src, dst;
+    if (o.zero_copy) {
+        net::rdma::memory_pool& pool = net::rdma::shard_context::local().pool();
+        src = pool.allocate(std::max<size_t>(o.value_max, 1));
+        std::memcpy(src.data(), value.data(), value.size());
+        dst = pool.allocate(kv::get_into_capacity(key_of(0).size(), o.value_max));
+    }
     while (clock_type::now() < end) {
         bool get = coin(rng) < o.get_ratio;
         uint64_t found = 0;
@@ -223,7 +235,12 @@ future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, u
             o.time_gets ? std::optional(t.stats()) : std::nullopt; // no copy per op unless asked
         auto t0 = clock_type::now();
         try {
-            if (get && o.multiget == 1) {
+            if (get && o.zero_copy) {
+                found = (co_await t.get_into(key_of(unsigned(rng() % o.keys)),
+                                             net::rdma::span_of(dst, 0, dst.capacity())))
+                            ? 1
+                            : 0;
+            } else if (get && o.multiget == 1) {
                 found = (co_await t.get_one(key_of(unsigned(rng() % o.keys)))) ? 1 : 0;
             } else if (get) {
                 std::vector<std::string> keys;
@@ -233,6 +250,9 @@ future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, u
                 for (const auto& v : co_await t.get(std::move(keys))) {
                     found += v.has_value();
                 }
+            } else if (o.zero_copy) {
+                co_await t.store_from(kv::internal::store_op::set, key_of(unsigned(rng() % o.keys)),
+                                      net::rdma::span_of(src, 0, pick_len(o, rng)), 0, 0, 0);
             } else {
                 co_await t.store(kv::internal::store_op::set, key_of(unsigned(rng() % o.keys)),
                                  std::string_view(value).substr(0, pick_len(o, rng)), 0, 0, 0);
@@ -274,6 +294,8 @@ future<> run_rdma_connection(net::socket_address addr, const kv_bench_options& o
     part.control_gets += t.stats().control_gets;
     part.inline_puts += t.stats().inline_puts;
     part.granted_puts += t.stats().granted_puts;
+    part.zero_copy_puts += t.stats().zero_copy_puts;
+    part.zero_copy_gets += t.stats().zero_copy_gets;
     co_await t.close();
 }
 
@@ -316,6 +338,8 @@ future<kv_result> run_once(const kv_target& t, const kv_bench_options& o) {
         r.control_gets += p.control_gets;
         r.inline_puts += p.inline_puts;
         r.granted_puts += p.granted_puts;
+        r.zero_copy_puts += p.zero_copy_puts;
+        r.zero_copy_gets += p.zero_copy_gets;
         r.split.gets += p.split.gets;
         r.split.before_ns += p.split.before_ns;
         r.split.after_ns += p.split.after_ns;
@@ -400,8 +424,9 @@ std::string format_kv_table(const std::vector<kv_result>& results, const kv_benc
         }
         if (o.transport == kv_transport::rdma) {
             s += fmt::format("\n{} (rdma): {} GETs by a cached location (one READ), {} by a request; {} PUTs "
-                             "inline, {} granted\n",
-                             r.target, r.direct_reads, r.control_gets, r.inline_puts, r.granted_puts);
+                             "inline, {} granted; zero-copy: {} PUTs, {} GETs\n",
+                             r.target, r.direct_reads, r.control_gets, r.inline_puts, r.granted_puts,
+                             r.zero_copy_puts, r.zero_copy_gets);
             if (const cached_get_split& c = r.split; c.gets) {
                 s += fmt::format(
                     "{} (rdma): {} cached GETs timed: READ (issue → resumed) P50 {} µs; the rest P50 "

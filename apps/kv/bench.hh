@@ -30,6 +30,7 @@ struct kv_bench_options {
     bool location_cache = true;             ///< rdma: GETs of a known key READ its cached location
     std::optional<size_t> inline_put_max;   ///< rdma: the client's inline PUT limit (unset: default)
     std::optional<uint32_t> inline_get_max; ///< rdma: the client's inline GET limit (unset: the server's)
+    bool zero_copy = false; ///< rdma: PUT from / GET into registered buffers (`store_from`, `get_into`)
     bool time_gets = false; ///< rdma: split the latency of GETs by a cached location (`cached_get_split`)
     std::vector<kv_target> targets;
     unsigned keys = 10000; ///< key space: key:00000000 ... (uniform)
@@ -59,9 +60,10 @@ struct kv_result {
     std::string target;
     double seconds = 0;
     uint64_t gets = 0, sets = 0, hits = 0, keys_asked = 0, errors = 0;
-    uint64_t direct_reads = 0, control_gets = 0; ///< rdma: GETs by cached location / by request
-    uint64_t inline_puts = 0, granted_puts = 0;  ///< rdma: PUTs with the value inline / granted
-    cached_get_split split;                      ///< rdma with `time_gets`
+    uint64_t direct_reads = 0, control_gets = 0;     ///< rdma: GETs by cached location / by request
+    uint64_t inline_puts = 0, granted_puts = 0;      ///< rdma: PUTs with the value inline / granted
+    uint64_t zero_copy_puts = 0, zero_copy_gets = 0; ///< rdma: of which from / into registered buffers
+    cached_get_split split;                          ///< rdma with `time_gets`
     double server_cpu_seconds = -1;
     echo::histogram get_ns;
     echo::histogram set_ns;

@@ -5,7 +5,7 @@
 //                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
 //                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
 //                  [--transport tcp|rdma] [--no-location-cache] [--inline-put-max N]
-//                  [--inline-get-max N] [--time-gets]
+//                  [--inline-get-max N] [--time-gets] [--zero-copy]
 // With --transport rdma the port is shoal-kv's --rdma-port and the host its RDMA address.
 
 #include "apps/common/metrics.hh"
@@ -58,6 +58,7 @@ kv_bench_options options_from(const app& a) {
         o.inline_get_max = uint32_t(std::min<uint64_t>(a.get_size("inline-get-max"), UINT32_MAX));
     }
     o.time_gets = a.has("time-gets");
+    o.zero_copy = a.has("zero-copy");
     o.keys = unsigned(a.get_size("keys"));
     std::string vs = a.get("value-size");
     if (auto dash = vs.find('-'); dash != std::string::npos) {
@@ -79,6 +80,9 @@ kv_bench_options options_from(const app& a) {
     o.preload = !a.has("no-preload");
     if (o.multiget == 0 || o.connections == 0 || o.pipeline == 0) {
         throw std::invalid_argument("--multiget, --connections and --pipeline must be at least 1");
+    }
+    if (o.zero_copy && (o.transport != kv_transport::rdma || o.multiget != 1)) {
+        throw std::invalid_argument("--zero-copy needs --transport rdma and --multiget 1");
     }
     if (a.has("targets")) {
         std::string list = a.get("targets");
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
                  "rdma: PUT values up to N bytes inline, larger ones granted (default 65536)", "");
     a.add_option("inline-get-max",
                  "rdma: GET replies carry values up to N bytes inline (default: the server's)", "");
+    a.add_flag("zero-copy", "rdma: PUT from and GET into registered buffers (no copy of large values)");
     a.add_flag("time-gets", "rdma: split the latency of GETs by a cached location (READ vs the rest)");
     apps::add_metrics_options(a);
     if (auto rc = a.parse(argc, argv)) {

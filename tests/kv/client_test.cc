@@ -7,6 +7,7 @@
 #include "core/timer.hh"
 #include "kv/client.hh"
 #include "kv/md5.hh"
+#include "net/rdma/memory_pool.hh"
 #include "net/tcp/tcp.hh"
 #include "tests/kv/kv_test_util.hh"
 
@@ -567,6 +568,27 @@ TEST(kv_client, bad_keys_are_refused_before_sending) {
                       co_await c.close();
                       EXPECT_EQ(co_await failure_of(c.get("k")), "bad_request") << "closed";
                       EXPECT_THROW(kv::client(kv::client_config{}), std::invalid_argument);
+                      co_await ts.stop();
+                  }),
+              0);
+}
+
+// The registered-buffer calls without RDMA on the shard (the host has no device; they work over
+// TCP by copying in the guest test kv_rdma.zero_copy_calls_over_tcp_copy): refused before sending.
+TEST(kv_client, registered_buffer_calls_without_rdma_are_refused_before_sending) {
+    EXPECT_EQ(run(1,
+                  []() -> future<> {
+                      test_server ts;
+                      co_await ts.start();
+                      kv::client c(config_of({ts.addr}));
+                      net::rdma::buffer none;
+                      EXPECT_EQ(co_await failure_of(c.set_from("k", none, 0, 0)), "bad_request");
+                      EXPECT_EQ(co_await failure_of(c.cas_from("k", none, 0, 0, 1)), "bad_request");
+                      EXPECT_EQ(co_await failure_of(c.get_into("k", none)), "bad_request");
+                      EXPECT_EQ(co_await failure_of(c.get_into("bad key", none)), "bad_request");
+                      EXPECT_EQ(co_await accepted(ts), 0u) << "nothing was sent";
+                      EXPECT_EQ(kv::get_into_capacity(3, 1000), 56u + 1008 + 16);
+                      co_await c.close();
                       co_await ts.stop();
                   }),
               0);

@@ -1,7 +1,8 @@
 // The native RDMA KV protocol (issue 12) in the Soft-RoCE guest: shoal-kv's store in registered
 // memory served over RDMA and TCP at once (2 shards), kv::client over both transports, GET by
 // location and by cached location (READ validated by version and checksum), PUT inline and by
-// grant → WRITE_WITH_IMM commit, grant expiry and disconnect, and writes outside a grant.
+// grant → WRITE_WITH_IMM commit, grant expiry and disconnect, writes outside a grant, and the
+// zero-copy calls (PUT from / GET into the caller's registered buffer; copied over TCP).
 // Sized for the emulated guest: small memory, values up to 256 KB, bounded loops.
 #include "kv/record.hh"
 #include "rdma_kv_util.hh"
@@ -413,6 +414,178 @@ TEST(kv_rdma, a_write_outside_the_grant_closes_the_offender_and_harms_nothing) {
             RDMA_CHECK(co_await t->store(kv::internal::store_op::set, k, value_of(k, 9, 30000), 0, 0, 0) ==
                        kv::store_outcome::stored);
             RDMA_CHECK(co_await fetch(*t, k) == value_of(k, 9, 30000));
+        });
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+/// The `len` bytes at `offset` of `b`.
+std::string bytes_of(const rdma::buffer& b, size_t offset, size_t len) {
+    return std::string(b.data() + offset, len);
+}
+
+/// A pool buffer of this shard holding `value` at `offset`.
+rdma::buffer registered_copy(std::string_view value, size_t offset = 0) {
+    rdma::buffer b = rdma::shard_context::local().pool().allocate(offset + value.size());
+    std::memcpy(b.data() + offset, value.data(), value.size());
+    return b;
+}
+
+/// Whether `f` fails with a `client_error` of kind bad_request.
+template <typename T>
+future<bool> refused(future<T> f) {
+    try {
+        co_await std::move(f);
+    } catch (const kv::client_error& e) {
+        co_return e.code() == kv::client_errc::bad_request;
+    }
+    co_return false;
+}
+
+} // namespace
+
+TEST(kv_rdma, zero_copy_puts_and_gets_use_the_callers_registered_buffers) {
+    int rc = run_rdma(2, []() -> future<> {
+        co_await with_kv([](rdma_kv& kvs) -> future<> {
+            kv::client& c = kvs.client(kv::endpoint_transport::rdma);
+            kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
+            rdma::memory_pool& pool = rdma::shard_context::local().pool();
+            constexpr size_t n = 64 * 1024;
+            const std::string k = "zc";
+            const std::string v1 = value_of(k, 1, n);
+            // set_from a 64 KB value at offset 100 of a registered buffer; the buffer is dropped at
+            // once: the call's hold keeps its memory from being handed out again meanwhile.
+            {
+                rdma::buffer src = registered_copy(v1, 100);
+                future<kv::store_outcome> put = c.set_from(k, src, 100, n, 7, 0);
+                src.reset();
+                rdma::buffer other = pool.allocate(n + 100); // would reuse src's memory without the hold
+                std::memset(other.data(), 'X', n + 100);
+                RDMA_CHECK(co_await std::move(put) == kv::store_outcome::stored);
+            }
+            auto plain = co_await c.get(k);
+            RDMA_CHECK(plain && plain->data == v1 && plain->flags == 7u);
+            rdma::buffer dst = pool.allocate(kv::get_into_capacity(k.size(), n));
+            auto at = co_await c.get_into(k, dst);
+            RDMA_CHECK(at && at->length == n && at->flags == 7u && at->cas == plain->cas);
+            EXPECT_EQ(at->offset, sizeof(kv::item) + k.size()) << "the value lies after the record header";
+            RDMA_CHECK(bytes_of(dst, at->offset, at->length) == v1);
+
+            // A value set over plain set (TCP) is readable with get_into.
+            const std::string v2 = value_of(k, 2, n - 1000);
+            RDMA_CHECK(co_await tcp.set(k, v2, 3, 0) == kv::store_outcome::stored);
+            at = co_await c.get_into(k, dst);
+            RDMA_CHECK(at && at->flags == 3u && bytes_of(dst, at->offset, at->length) == v2);
+
+            // The other storage forms: add of an existing key, cas with the unique get_into gave.
+            rdma::buffer src3 = registered_copy(value_of(k, 3, n));
+            RDMA_CHECK(co_await c.add_from(k, src3, 0, n) == kv::store_outcome::not_stored);
+            RDMA_CHECK(co_await c.cas_from(k, src3, 0, n, at->cas + 1000) == kv::store_outcome::exists);
+            RDMA_CHECK(co_await c.cas_from(k, src3, 0, n, at->cas, 9) == kv::store_outcome::stored);
+            RDMA_CHECK(co_await c.replace_from("zc-none", src3, 0, n) == kv::store_outcome::not_stored);
+            RDMA_CHECK((co_await tcp.get(k))->data == value_of(k, 3, n));
+
+            // The transport's counters, and a cached location that went stale: get_into READs it,
+            // the record does not validate, the GET is retried through the server into dst.
+            auto* t = &kvs.transport();
+            const std::string k2 = "zc2";
+            rdma::buffer src4 = registered_copy(value_of(k2, 1, n));
+            RDMA_CHECK(co_await t->store_from(kv::internal::store_op::set, k2, rdma::span_of(src4, 0, n), 0,
+                                              0, 0) == kv::store_outcome::stored);
+            EXPECT_EQ(t->stats().granted_puts, 1u);
+            EXPECT_EQ(t->stats().zero_copy_puts, 1u);
+            rdma::local_span into = rdma::span_of(dst, 0, dst.capacity());
+            auto at2 = co_await t->get_into(k2, into);
+            RDMA_CHECK(at2 && bytes_of(dst, at2->offset, at2->length) == value_of(k2, 1, n));
+            EXPECT_EQ(t->stats().direct_reads, 1u) << "the PUT's reply gave the location";
+            EXPECT_EQ(t->stats().zero_copy_gets, 1u);
+            RDMA_CHECK(co_await tcp.set(k2, value_of(k2, 2, n), 0, 0) == kv::store_outcome::stored);
+            at2 = co_await t->get_into(k2, into);
+            RDMA_CHECK(at2 && bytes_of(dst, at2->offset, at2->length) == value_of(k2, 2, n));
+            EXPECT_EQ(t->stats().cache_misses, 1u);
+            EXPECT_GE(t->stats().invalid_reads, 1u);
+            EXPECT_EQ(t->stats().zero_copy_gets, 2u);
+            // A plain PUT and GET move neither zero-copy counter.
+            RDMA_CHECK(co_await t->store(kv::internal::store_op::set, k2, value_of(k2, 3, n), 0, 0, 0) ==
+                       kv::store_outcome::stored);
+            RDMA_CHECK(co_await fetch(*t, k2) == value_of(k2, 3, n));
+            EXPECT_EQ(t->stats().zero_copy_puts, 1u);
+            EXPECT_EQ(t->stats().zero_copy_gets, 2u);
+            EXPECT_EQ(t->stats().granted_puts, 2u);
+
+            // Small values go inline both ways (copied): the bytes are where get_into says.
+            rdma::buffer small = registered_copy(value_of("zs", 1, 300));
+            RDMA_CHECK(co_await c.set_from("zs", small, 0, 300) == kv::store_outcome::stored);
+            auto ats = co_await c.get_into("zs", dst);
+            RDMA_CHECK(ats && bytes_of(dst, ats->offset, ats->length) == value_of("zs", 1, 300));
+
+            // Eight 64 KB puts from slices of one buffer in flight at once, then eight get_into.
+            rdma::buffer many = pool.allocate(8 * n);
+            std::vector<future<kv::store_outcome>> puts;
+            for (unsigned i = 0; i < 8; ++i) {
+                std::string v = value_of("zm" + std::to_string(i), i, n);
+                std::memcpy(many.data() + i * n, v.data(), n);
+                puts.push_back(c.set_from("zm" + std::to_string(i), many, i * n, n, i, 0));
+            }
+            for (auto& p : puts) {
+                RDMA_CHECK(co_await std::move(p) == kv::store_outcome::stored);
+            }
+            std::vector<rdma::buffer> dsts;
+            std::vector<future<std::optional<kv::placed_value>>> gets;
+            for (unsigned i = 0; i < 8; ++i) {
+                dsts.push_back(pool.allocate(kv::get_into_capacity(3, n)));
+                gets.push_back(c.get_into("zm" + std::to_string(i), dsts.back()));
+            }
+            for (unsigned i = 0; i < 8; ++i) {
+                auto p = co_await std::move(gets[i]);
+                RDMA_CHECK(p && p->flags == i &&
+                           bytes_of(dsts[i], p->offset, p->length) ==
+                               value_of("zm" + std::to_string(i), i, n));
+            }
+
+            // Unusable buffers: too small for the record (a cached location or not), empty, a
+            // range past the end, another shard's pool.
+            rdma::buffer tiny = pool.allocate(4096);
+            RDMA_CHECK(co_await refused(c.get_into(k, tiny)));
+            RDMA_CHECK(co_await refused(t->get_into(k2, rdma::span_of(tiny, 0, tiny.capacity()))));
+            rdma::buffer just_value = pool.allocate(n); // holds the value, not the record
+            RDMA_CHECK(co_await refused(c.get_into(k, just_value)));
+            rdma::buffer none;
+            RDMA_CHECK(co_await refused(c.get_into(k, none)));
+            RDMA_CHECK(co_await refused(c.set_from(k, none, 0, 0)));
+            RDMA_CHECK(co_await refused(c.set_from(k, tiny, 100, tiny.capacity())));
+            rdma::buffer foreign =
+                co_await submit_to(1, [] { return rdma::shard_context::local().pool().allocate(4096); });
+            RDMA_CHECK(co_await refused(c.set_from(k, foreign, 0, 10)));
+            RDMA_CHECK(co_await refused(c.get_into(k, foreign)));
+            foreign.reset();                                              // travels home to shard 1
+            RDMA_CHECK((co_await tcp.get(k))->data == value_of(k, 3, n)); // nothing was stored
+        });
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(kv_rdma, zero_copy_calls_over_tcp_copy) {
+    int rc = run_rdma(1, []() -> future<> {
+        co_await with_kv([](rdma_kv& kvs) -> future<> {
+            kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
+            rdma::memory_pool& pool = rdma::shard_context::local().pool();
+            constexpr size_t n = 64 * 1024;
+            const std::string v = value_of("zt", 1, n);
+            rdma::buffer src = registered_copy(v, 8);
+            RDMA_CHECK(co_await tcp.set_from("zt", src, 8, n, 5, 0) == kv::store_outcome::stored);
+            RDMA_CHECK((co_await tcp.get("zt"))->data == v);
+            rdma::buffer dst = pool.allocate(n); // over TCP the value alone is enough
+            auto at = co_await tcp.get_into("zt", dst);
+            RDMA_CHECK(at && at->offset == 0 && at->length == n && at->flags == 5u);
+            RDMA_CHECK(bytes_of(dst, 0, n) == v);
+            RDMA_CHECK(!(co_await tcp.get_into("zt-missing", dst)));
+            rdma::buffer tiny = pool.allocate(1024);
+            RDMA_CHECK(co_await refused(tcp.get_into("zt", tiny)));
+            RDMA_CHECK(co_await tcp.cas_from("zt", src, 8, 100, at->cas) == kv::store_outcome::stored);
+            RDMA_CHECK((co_await tcp.get("zt"))->data == v.substr(0, 100));
         });
     });
     EXPECT_EQ(rc, 0);
