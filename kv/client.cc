@@ -91,11 +91,7 @@ future<std::optional<fetched_value>> client::get(std::string_view key) {
     } catch (...) {
         return make_exception_future<std::optional<fetched_value>>(std::current_exception());
     }
-    std::vector<std::string> keys;
-    keys.emplace_back(key);
-    return _servers[_ring.server_of(key)]
-        ->get(std::move(keys))
-        .then([](std::vector<std::optional<fetched_value>> v) { return std::move(v.front()); });
+    return _servers[_ring.server_of(key)]->get_one(std::string(key));
 }
 
 future<std::vector<std::optional<fetched_value>>> client::get_many(std::vector<std::string> keys) {

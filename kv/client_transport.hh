@@ -39,6 +39,15 @@ public:
     virtual ~client_transport() = default;
     /// The values of `keys` (nullopt where missing), in the order of `keys`.
     virtual future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) = 0;
+    /// The value of one key (nullopt when missing): `get` of that key unless the transport has a
+    /// cheaper path (the RDMA transport's cached GET: no key vector, no future per key).
+    virtual future<std::optional<fetched_value>> get_one(std::string key) {
+        std::vector<std::string> keys;
+        keys.push_back(std::move(key));
+        return get(std::move(keys)).then([](std::vector<std::optional<fetched_value>> v) {
+            return std::move(v.front());
+        });
+    }
     /// A storage command (`cas_unique` only for `store_op::cas`).
     virtual future<store_outcome> store(store_op op, std::string_view key, std::string_view value,
                                         uint32_t flags, int64_t exptime, uint64_t cas_unique) = 0;

@@ -309,7 +309,98 @@ std::optional<record::view> rdma_transport::decode(const char* buf, uint32_t len
     return v;
 }
 
+const rdma_transport::location* rdma_transport::cached(const std::string& key,
+                                                       uint32_t max_len) const noexcept {
+    if (_closed || _opts.time_cached_gets || !connected()) {
+        return nullptr;
+    }
+    auto it = _cache.find(key);
+    return it != _cache.end() && it->second.len <= max_len ? &it->second : nullptr;
+}
+
+std::exception_ptr rdma_transport::read_failed(shard_conn& s, future<>& f) noexcept {
+    if (!f.failed()) {
+        return nullptr;
+    }
+    try {
+        std::rethrow_exception(f.get_exception());
+    } catch (const std::exception& e) {
+        return std::make_exception_ptr(broken_by(s, e));
+    } catch (...) {
+        return std::current_exception();
+    }
+}
+
+void rdma_transport::stale(const std::string& key) noexcept {
+    ++_stats.cache_misses;
+    _cache.erase(key);
+}
+
+// The cached GET: no coroutine. Its READ's completion runs one continuation (from the shard's
+// small-object pool, no malloc) that validates the record and resolves the GET; a coroutine
+// would cost a frame from malloc and hand its result over in one more task.
+future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
+    const location* at = cached(key, UINT32_MAX);
+    if (!at) {
+        return read_value(std::move(key), nullptr, nullptr);
+    }
+    const location loc = *at;
+    rdma::buffer b;
+    try {
+        b = rdma::shard_context::local().pool().allocate(loc.len);
+    } catch (...) {
+        return make_exception_future<std::optional<fetched_value>>(std::current_exception());
+    }
+    std::shared_ptr<shard_conn> s = _shards[loc.shard];
+    ++_stats.reads;
+    future<> read = s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
+    return std::move(read).then_wrapped(
+        [this, key = std::move(key), b = std::move(b), s = std::move(s),
+         len = loc.len](future<> f) mutable -> future<std::optional<fetched_value>> {
+            if (std::exception_ptr ex = read_failed(*s, f)) {
+                return make_exception_future<std::optional<fetched_value>>(ex);
+            }
+            std::optional<record::view> v = decode(b.data(), len, key);
+            if (!v) {
+                stale(key);
+                return read_value(std::move(key), nullptr, nullptr);
+            }
+            ++_stats.direct_reads;
+            return make_ready_future<std::optional<fetched_value>>(
+                fetched_value{std::string(v->value), v->flags, v->version});
+        });
+}
+
+// As `get_one`, into the caller's buffer.
 future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
+    const location* at = cached(key, dst.length);
+    if (!at) {
+        return place_value(std::move(key), std::move(dst));
+    }
+    const location loc = *at;
+    std::shared_ptr<shard_conn> s = _shards[loc.shard];
+    ++_stats.reads;
+    future<> read = s->c.read(rdma::local_span{dst.addr, loc.len, dst.lkey, dst.hold},
+                              rdma::remote_region{loc.addr, loc.rkey, loc.len});
+    return std::move(read).then_wrapped(
+        [this, key = std::move(key), dst = std::move(dst), s = std::move(s),
+         len = loc.len](future<> f) mutable -> future<std::optional<placed_value>> {
+            if (std::exception_ptr ex = read_failed(*s, f)) {
+                return make_exception_future<std::optional<placed_value>>(ex);
+            }
+            std::optional<record::view> v = decode(dst.addr, len, key);
+            if (!v) {
+                stale(key);
+                return place_value(std::move(key), std::move(dst));
+            }
+            ++_stats.direct_reads;
+            ++_stats.zero_copy_gets;
+            return make_ready_future<std::optional<placed_value>>(
+                placed_value{size_t(v->value.data() - dst.addr), v->value.size(), v->flags, v->version});
+        });
+}
+
+future<std::optional<placed_value>> rdma_transport::place_value(std::string key, rdma::local_span dst) {
     placed_value where;
     std::optional<fetched_value> v = co_await read_value(std::move(key), &dst, &where);
     if (!v) {

@@ -77,10 +77,9 @@ public:
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<> close() override;
 
-    /// One key's value (the building block of `get`).
-    future<std::optional<fetched_value>> get_one(std::string key) {
-        return read_value(std::move(key), nullptr, nullptr);
-    }
+    /// One key's value (the building block of `get`). A cached location is READ without a
+    /// coroutine (`read_cached`); anything else goes through `read_value`.
+    future<std::optional<fetched_value>> get_one(std::string key) override;
     /// Drops every cached location (the next GETs take the control path).
     void forget_locations() noexcept { _cache.clear(); }
     /// This transport's counters.
@@ -144,6 +143,17 @@ private:
     future<store_outcome> put(store_op op, std::string_view key, std::string_view value,
                               net::rdma::local_span src, uint32_t flags, int64_t exptime,
                               uint64_t cas_unique);
+    /// The cached location of `key` when a GET can READ it at once (open, every shard connected,
+    /// not timing GETs, the record no longer than `max_len`), else null.
+    const location* cached(const std::string& key, uint32_t max_len) const noexcept;
+    /// The READ of a cached location finished as `f` on `s`: null when it succeeded, else the
+    /// `connection` error to fail the GET with (`s` is broken).
+    std::exception_ptr read_failed(shard_conn& s, future<>& f) noexcept;
+    /// A cached READ whose record did not validate (it raced a change): the location is dropped
+    /// (the GET goes on through the server).
+    void stale(const std::string& key) noexcept;
+    /// `get_into` without a cached location to READ at once (the `read_value` coroutine).
+    future<std::optional<placed_value>> place_value(std::string key, net::rdma::local_span dst);
     /// The record READ into `buf` (`len` bytes) when it validates as `key`'s and has not expired,
     /// else nullopt (counted in `invalid_reads`).
     std::optional<record::view> decode(const char* buf, uint32_t len, std::string_view key);
