@@ -59,6 +59,7 @@ public:
         , _max_reads(std::max(o.max_reads, 1u))
         , _coalesce(o.coalesce)
         , _flusher(this)
+        , _fetcher(this)
         , _cache(
               std::make_unique<rdma::registration_cache>(o.registration_cache, rdma::access::remote_read)) {}
 
@@ -108,9 +109,13 @@ public:
             if (_coalesce) {
                 // Frames sent before the flush task runs (the rest of this task and the tasks
                 // already queued, e.g. the continuations of replies taken in the same poll)
-                // join the same message.
-                _flusher.hold = shared_from_this();
-                schedule(&_flusher);
+                // join the same message. The fetch task may send them earlier (`post_fetches`);
+                // the flush task then finds nothing to do.
+                _flush_due = true;
+                if (!_flusher.hold) {
+                    _flusher.hold = shared_from_this();
+                    schedule(&_flusher);
+                }
             } else {
                 (void)run(make_ready_future<>());
             }
@@ -261,7 +266,8 @@ private:
     }
 
     /// A frame whose body (or part of it) is in the sender's memory: checks its descriptor and
-    /// posts the READs of its pieces into one buffer of the cache; `finish_fetch` completes it.
+    /// queues the READs of its pieces for the fetch task (`post_fetches`); `finish_fetch`
+    /// completes it. The body counts against the READ budget from here on.
     void start_fetch(frame f, net::temporary_buffer m) {
         const frame_header h = f.header;
         const bool remote_payload = (h.flags & frame_header::flag_remote_payload) != 0;
@@ -279,15 +285,17 @@ private:
         if (count == 0 || count > max_regions || left < size_t(count) * region_size) {
             throw protocol_error("RDMA body descriptor with " + std::to_string(count) + " regions");
         }
-        std::vector<rdma::remote_region> regions(count);
+        pending_fetch pf;
+        pf.regions.resize(count);
         size_t sum = 0;
-        for (auto& r : regions) {
+        for (auto& r : pf.regions) {
             uint32_t len;
             std::memcpy(&r.addr, p, 8);
             std::memcpy(&r.rkey, p + 8, 4);
             std::memcpy(&len, p + 12, 4);
             r.length = len;
             sum += len;
+            pf.reads += (len + _chunk - 1) / _chunk;
             p += region_size;
         }
         left -= size_t(count) * region_size;
@@ -295,30 +303,61 @@ private:
         if (sum != remote || remote == 0 || left != inline_payload) {
             throw protocol_error("RDMA body descriptor does not match the frame's sizes");
         }
-        const uint64_t regs_before = _cache->stats().registrations;
-        net::temporary_buffer target = _cache->allocate(remote);
-        rdma::registration_cache::lease reg = _cache->find(target.get(), remote);
-        count_registrations(regs_before);
-        std::vector<future<>> reads;
-        size_t off = 0;
-        for (auto& r : regions) {
-            for (uint64_t done = 0; done < r.length;) {
-                const size_t n = std::min<uint64_t>(_chunk, r.length - done);
-                try {
-                    reads.push_back(_conn.read(reg.local(target.get() + off + done, n), r.slice(done, n), 0));
-                } catch (...) {
-                    reads.push_back(make_exception_future<>(std::current_exception()));
-                }
-                done += n;
-            }
-            off += r.length;
-        }
+        pf.f = std::move(f);
+        pf.m = std::move(m);
+        pf.transfer = transfer;
+        pf.remote_payload = remote_payload;
+        pf.inline_payload = inline_payload;
+        pf.bytes = remote;
         ++_bodies_in_flight;
         _bytes_in_flight += remote;
-        _reads_posted += reads.size();
+        _reads_posted += pf.reads;
         link_stats.parallel_reads += _bodies_in_flight > 1 ? 1 : 0;
-        (void)finish_fetch(std::move(f), std::move(m), std::move(target), std::move(reg), std::move(reads),
-                           transfer, remote_payload, inline_payload);
+        _fetches.push_back(std::move(pf));
+        if (!_fetcher.hold) {
+            _fetcher.hold = shared_from_this();
+            schedule(&_fetcher);
+        }
+    }
+
+    /// The fetch task: posts the READs queued by `start_fetch`, after sending the frames queued
+    /// before it. Posting a READ from the completion that delivered the previous body would put
+    /// it ahead of the frames the tasks queued behind that completion send (a reply, the
+    /// caller's next request): a peer answers the requests of one queue pair in order, and rxe
+    /// produces a whole READ response before it looks at a SEND that came after the READ
+    /// request, so the peer would see those frames only once the READ ended, and two calls
+    /// with large bodies would never overlap (docs/rpc.md, "Ordering of READs and sends").
+    void post_fetches() {
+        if (_flush_due) {
+            _flush_due = false;
+            flush();
+        }
+        while (!_fetches.empty()) {
+            pending_fetch pf = std::move(_fetches.front());
+            _fetches.pop_front();
+            const uint64_t regs_before = _cache->stats().registrations;
+            net::temporary_buffer target = _cache->allocate(pf.bytes);
+            rdma::registration_cache::lease reg = _cache->find(target.get(), pf.bytes);
+            count_registrations(regs_before);
+            std::vector<future<>> reads;
+            reads.reserve(pf.reads);
+            size_t off = 0;
+            for (auto& r : pf.regions) {
+                for (uint64_t done = 0; done < r.length;) {
+                    const size_t n = std::min<uint64_t>(_chunk, r.length - done);
+                    try {
+                        reads.push_back(
+                            _conn.read(reg.local(target.get() + off + done, n), r.slice(done, n), 0));
+                    } catch (...) {
+                        reads.push_back(make_exception_future<>(std::current_exception()));
+                    }
+                    done += n;
+                }
+                off += r.length;
+            }
+            (void)finish_fetch(std::move(pf.f), std::move(pf.m), std::move(target), std::move(reg),
+                               std::move(reads), pf.transfer, pf.remote_payload, pf.inline_payload);
+        }
     }
 
     future<> finish_fetch(frame f, net::temporary_buffer m, net::temporary_buffer target,
@@ -610,10 +649,37 @@ private:
             : state(s) {}
         void run_and_dispose() noexcept override {
             std::shared_ptr<link_state> self = std::move(hold);
-            state->flush();
+            if (std::exchange(state->_flush_due, false)) {
+                state->flush();
+            }
         }
         link_state* state;
-        std::shared_ptr<link_state> hold;
+        std::shared_ptr<link_state> hold; ///< set while the task is queued
+    };
+
+    /// Posts the queued READs (`post_fetches`) once the tasks queued before it ran; holds the
+    /// state while scheduled. Never allocates.
+    struct fetch_task final : task {
+        explicit fetch_task(link_state* s) noexcept
+            : state(s) {}
+        void run_and_dispose() noexcept override {
+            std::shared_ptr<link_state> self = std::move(hold);
+            state->post_fetches();
+        }
+        link_state* state;
+        std::shared_ptr<link_state> hold; ///< set while the task is queued
+    };
+
+    /// A body whose READs wait for the fetch task.
+    struct pending_fetch {
+        frame f;
+        net::temporary_buffer m;
+        std::vector<rdma::remote_region> regions;
+        size_t reads = 0; // READ requests (pieces of at most `_chunk`)
+        size_t bytes = 0;
+        uint32_t transfer = 0;
+        bool remote_payload = false;
+        size_t inline_payload = 0;
     };
 
     void wake() noexcept {
@@ -649,6 +715,9 @@ private:
     unsigned _max_reads;
     bool _coalesce;
     flush_task _flusher;
+    bool _flush_due = false; // frames wait for the flush task (or the fetch task) to send them
+    fetch_task _fetcher;
+    std::deque<pending_fetch> _fetches;
     std::vector<net::temporary_buffer> _parts; // the pieces of the message being sent
     std::unique_ptr<rdma::registration_cache> _cache;
     std::unordered_map<uint32_t, held_body> _held;
