@@ -112,10 +112,7 @@ public:
                 // join the same message. The fetch task may send them earlier (`post_fetches`);
                 // the flush task then finds nothing to do.
                 _flush_due = true;
-                if (!_flusher.hold) {
-                    _flusher.hold = shared_from_this();
-                    schedule(&_flusher);
-                }
+                schedule_once(_flusher);
             } else {
                 (void)run(make_ready_future<>());
             }
@@ -265,6 +262,18 @@ private:
         ++link_stats.messages_received;
     }
 
+    /// A body whose READs wait for the fetch task.
+    struct pending_fetch {
+        frame f;
+        net::temporary_buffer m;
+        std::vector<rdma::remote_region> regions;
+        size_t reads = 0; // READ requests (pieces of at most `_chunk`)
+        size_t bytes = 0;
+        uint32_t transfer = 0;
+        bool remote_payload = false;
+        size_t inline_payload = 0;
+    };
+
     /// A frame whose body (or part of it) is in the sender's memory: checks its descriptor and
     /// queues the READs of its pieces for the fetch task (`post_fetches`); `finish_fetch`
     /// completes it. The body counts against the READ budget from here on.
@@ -314,10 +323,7 @@ private:
         _reads_posted += pf.reads;
         link_stats.parallel_reads += _bodies_in_flight > 1 ? 1 : 0;
         _fetches.push_back(std::move(pf));
-        if (!_fetcher.hold) {
-            _fetcher.hold = shared_from_this();
-            schedule(&_fetcher);
-        }
+        schedule_once(_fetcher);
     }
 
     /// The fetch task: posts the READs queued by `start_fetch`, after sending the frames queued
@@ -327,20 +333,33 @@ private:
     /// produces a whole READ response before it looks at a SEND that came after the READ
     /// request, so the peer would see those frames only once the READ ended, and two calls
     /// with large bodies would never overlap (docs/rpc.md, "Ordering of READs and sends").
-    void post_fetches() {
-        if (_flush_due) {
-            _flush_due = false;
-            flush();
-        }
+    void post_fetches() noexcept {
+        flush_if_due();
         while (!_fetches.empty()) {
             pending_fetch pf = std::move(_fetches.front());
             _fetches.pop_front();
-            const uint64_t regs_before = _cache->stats().registrations;
-            net::temporary_buffer target = _cache->allocate(pf.bytes);
-            rdma::registration_cache::lease reg = _cache->find(target.get(), pf.bytes);
-            count_registrations(regs_before);
+            net::temporary_buffer target;
+            rdma::registration_cache::lease reg;
             std::vector<future<>> reads;
-            reads.reserve(pf.reads);
+            try {
+                const uint64_t regs_before = _cache->stats().registrations;
+                target = _cache->allocate(pf.bytes);
+                reg = _cache->find(target.get(), pf.bytes);
+                count_registrations(regs_before);
+                reads.reserve(pf.reads);
+            } catch (...) {
+                // No memory or no registration for the target: the link fails, as a READ
+                // that fails does; nothing queued behind it is fetched.
+                _fetches.push_front(std::move(pf));
+                for (const pending_fetch& left : _fetches) {
+                    --_bodies_in_flight;
+                    _bytes_in_flight -= left.bytes;
+                    _reads_posted -= left.reads;
+                }
+                _fetches.clear();
+                fail(std::current_exception());
+                return;
+            }
             size_t off = 0;
             for (auto& r : pf.regions) {
                 for (uint64_t done = 0; done < r.length;) {
@@ -355,14 +374,14 @@ private:
                 }
                 off += r.length;
             }
-            (void)finish_fetch(std::move(pf.f), std::move(pf.m), std::move(target), std::move(reg),
-                               std::move(reads), pf.transfer, pf.remote_payload, pf.inline_payload);
+            (void)finish_fetch(std::move(pf), std::move(target), std::move(reg), std::move(reads));
         }
     }
 
-    future<> finish_fetch(frame f, net::temporary_buffer m, net::temporary_buffer target,
-                          rdma::registration_cache::lease reg, std::vector<future<>> reads, uint32_t transfer,
-                          bool remote_payload, size_t inline_payload) {
+    /// Waits for the READs of `pf` into `target`, then releases the sender's hold and hands the
+    /// frame over.
+    future<> finish_fetch(pending_fetch pf, net::temporary_buffer target, rdma::registration_cache::lease reg,
+                          std::vector<future<>> reads) {
         auto keep = shared_from_this();
         const size_t n = reads.size();
         const size_t remote = target.size();
@@ -384,15 +403,16 @@ private:
             fail(failed);
             co_return;
         }
-        release(transfer);
+        release(pf.transfer);
         link_stats.bytes_read += remote;
         ++link_stats.remote_bodies_received;
+        frame& f = pf.f;
         const frame_header& h = f.header;
-        if (remote_payload) {
+        if (pf.remote_payload) {
             f.payload = target.share(0, h.payload_size);
             f.attachments = target.share(h.payload_size, h.attachment_size);
         } else {
-            f.payload = m.share(m.size() - inline_payload, inline_payload);
+            f.payload = pf.m.share(pf.m.size() - pf.inline_payload, pf.inline_payload);
             f.attachments = std::move(target);
         }
         deliver(std::move(f));
@@ -642,45 +662,35 @@ private:
         return _msgs.send(std::span<net::temporary_buffer>(parts.data(), n));
     }
 
-    /// Starts the sender once the tasks queued before it ran (see `send`); holds the state while
-    /// scheduled. Never allocates.
-    struct flush_task final : task {
-        explicit flush_task(link_state* s) noexcept
+    /// A task that runs `Run` on the link once the tasks queued before it ran (`schedule_once`);
+    /// it holds the state while queued and never allocates.
+    template <void (link_state::*Run)()>
+    struct link_task final : task {
+        explicit link_task(link_state* s) noexcept
             : state(s) {}
         void run_and_dispose() noexcept override {
             std::shared_ptr<link_state> self = std::move(hold);
-            if (std::exchange(state->_flush_due, false)) {
-                state->flush();
-            }
+            (state->*Run)();
         }
         link_state* state;
         std::shared_ptr<link_state> hold; ///< set while the task is queued
     };
 
-    /// Posts the queued READs (`post_fetches`) once the tasks queued before it ran; holds the
-    /// state while scheduled. Never allocates.
-    struct fetch_task final : task {
-        explicit fetch_task(link_state* s) noexcept
-            : state(s) {}
-        void run_and_dispose() noexcept override {
-            std::shared_ptr<link_state> self = std::move(hold);
-            state->post_fetches();
+    /// Queues `t` unless it is queued already.
+    template <void (link_state::*Run)()>
+    void schedule_once(link_task<Run>& t) {
+        if (!t.hold) {
+            t.hold = shared_from_this();
+            schedule(&t);
         }
-        link_state* state;
-        std::shared_ptr<link_state> hold; ///< set while the task is queued
-    };
+    }
 
-    /// A body whose READs wait for the fetch task.
-    struct pending_fetch {
-        frame f;
-        net::temporary_buffer m;
-        std::vector<rdma::remote_region> regions;
-        size_t reads = 0; // READ requests (pieces of at most `_chunk`)
-        size_t bytes = 0;
-        uint32_t transfer = 0;
-        bool remote_payload = false;
-        size_t inline_payload = 0;
-    };
+    /// The flush task's work: sends the queued frames unless the fetch task already did.
+    void flush_if_due() noexcept {
+        if (std::exchange(_flush_due, false)) {
+            flush();
+        }
+    }
 
     void wake() noexcept {
         if (_below && (_queued < _wait_limit || _error)) {
@@ -714,9 +724,9 @@ private:
     size_t _read_budget;
     unsigned _max_reads;
     bool _coalesce;
-    flush_task _flusher;
+    link_task<&link_state::flush_if_due> _flusher; // sends the frames queued together (see `send`)
     bool _flush_due = false; // frames wait for the flush task (or the fetch task) to send them
-    fetch_task _fetcher;
+    link_task<&link_state::post_fetches> _fetcher; // posts the READs `start_fetch` queued
     std::deque<pending_fetch> _fetches;
     std::vector<net::temporary_buffer> _parts; // the pieces of the message being sent
     std::unique_ptr<rdma::registration_cache> _cache;

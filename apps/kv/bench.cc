@@ -275,16 +275,16 @@ future<> rdma_lane(kv::internal::rdma_transport& t, const kv_bench_options& o, u
         now = t1; // the loop's clock read too
         if (t0 >= start && t1 <= end) {
             part.record(get, found, error, o.multiget, t1 - t0);
-            if (const auto& now = t.stats();
-                before && now.timed_gets == before->timed_gets + 1 && o.pipeline == 1) {
+            if (const auto& after = t.stats();
+                before && after.timed_gets == before->timed_gets + 1 && o.pipeline == 1) {
                 // This GET was served by a cached location and timed (one request at a time: the
                 // counters moved for it alone).
-                uint64_t read = now.timed_read_ns - before->timed_read_ns;
+                uint64_t read = after.timed_read_ns - before->timed_read_ns;
                 uint64_t total =
                     uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
                 ++part.split.gets;
-                part.split.before_ns += now.timed_before_ns - before->timed_before_ns;
-                part.split.after_ns += now.timed_after_ns - before->timed_after_ns;
+                part.split.before_ns += after.timed_before_ns - before->timed_before_ns;
+                part.split.after_ns += after.timed_after_ns - before->timed_after_ns;
                 part.split.read_ns.record(read);
                 part.split.software_ns.record(total > read ? total - read : 0);
             }
