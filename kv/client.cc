@@ -205,14 +205,79 @@ future<store_outcome> client::cas_from(std::string_view key, const net::rdma::bu
 }
 
 future<std::optional<placed_value>> client::get_into(std::string_view key, net::rdma::buffer& dst) {
+    return get_into(key, dst, 0, dst ? dst.capacity() : 0);
+}
+
+future<std::optional<placed_value>> client::get_into(std::string_view key, net::rdma::buffer& dst,
+                                                     size_t offset, size_t capacity) {
     net::rdma::local_span span;
     try {
         check_key(key);
-        span = registered_span(dst, 0, dst ? dst.capacity() : 0);
+        span = registered_span(dst, offset, capacity);
     } catch (...) {
         return make_exception_future<std::optional<placed_value>>(std::current_exception());
     }
-    return _servers[_ring.server_of(key)]->get_into(std::string(key), std::move(span));
+    future<std::optional<placed_value>> placed =
+        _servers[_ring.server_of(key)]->get_into(std::string(key), std::move(span));
+    if (offset == 0) {
+        return placed;
+    }
+    return std::move(placed).then([offset](std::optional<placed_value> where) {
+        if (where) {
+            where->offset += offset;
+        }
+        return where;
+    });
+}
+
+future<std::vector<std::optional<placed_value>>> client::get_many_into(std::vector<std::string> keys,
+                                                                       net::rdma::buffer& dst, size_t slot) {
+    // A coroutine: every exception thrown here fails the returned future. Nothing is sent
+    // before every key and the whole range were checked.
+    for (const auto& k : keys) {
+        check_key(k);
+    }
+    const size_t capacity = dst ? dst.capacity() : 0;
+    if (!keys.empty() && (slot == 0 || slot > capacity / keys.size())) {
+        throw client_error(client_errc::bad_request, 0,
+                           "get_many_into: " + std::to_string(keys.size()) + " slots of " +
+                               std::to_string(slot) + " bytes do not fit a buffer of " +
+                               std::to_string(capacity));
+    }
+    std::vector<future<std::optional<placed_value>>> sent;
+    sent.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+        sent.push_back(get_into(keys[i], dst, i * slot, slot));
+    }
+    auto done = co_await when_all(std::move(sent));
+    std::vector<std::optional<placed_value>> out(keys.size());
+    std::exception_ptr other_error;
+    std::optional<client_error> too_small;
+    for (size_t i = 0; i < done.size(); ++i) {
+        if (!done[i].failed()) {
+            out[i] = done[i].get();
+            continue;
+        }
+        std::exception_ptr ex = done[i].get_exception();
+        try {
+            std::rethrow_exception(ex);
+        } catch (const client_error& e) {
+            if (e.needed_capacity() == 0) {
+                other_error = other_error ? other_error : ex;
+            } else if (!too_small || e.needed_capacity() > too_small->needed_capacity()) {
+                too_small = e;
+            }
+        } catch (...) {
+            other_error = other_error ? other_error : ex;
+        }
+    }
+    if (other_error) {
+        std::rethrow_exception(other_error);
+    }
+    if (too_small) {
+        throw *too_small;
+    }
+    co_return out;
 }
 
 future<bool> client::remove(std::string_view key) {

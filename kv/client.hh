@@ -99,10 +99,29 @@ public:
     /// (the value then starts after the record's header: see `placed_value::offset`; a READ that
     /// raced a change is retried into `dst`); an inline answer, and any over TCP, is copied to
     /// offset 0. `dst` needs `get_into_capacity(key.size(), value size)` bytes (TCP: the value's);
-    /// a smaller one fails the call with a `bad_request` error naming the size needed. The call
+    /// a smaller one fails the call with a `bad_request` error naming the size needed (also in
+    /// `client_error::needed_capacity()`); nothing is placed then. The call
     /// holds a reference on `dst`'s memory until the future resolves; do not touch its bytes before
     /// then. The same `bad_request` errors as `set_from` for an unusable buffer.
     future<std::optional<placed_value>> get_into(std::string_view key, net::rdma::buffer& dst);
+    /// `get_into` restricted to the `capacity` bytes at `offset` of `dst` (`placed_value::offset`
+    /// still counts from the start of `dst`); the rest of `dst` is not touched. A range outside
+    /// `dst` is a `bad_request`; a range too small for the value is the `bad_request` of
+    /// `get_into`, with `client_error::needed_capacity()` set.
+    future<std::optional<placed_value>> get_into(std::string_view key, net::rdma::buffer& dst, size_t offset,
+                                                 size_t capacity);
+    /// The values of `keys` placed in `dst` without a copy over RDMA: key i in the slot of
+    /// `slot` bytes at offset i × `slot` (`get_into` restricted to that slot); nullopt where a
+    /// key is missing. Every request is in flight at once (over RDMA a key with a cached location
+    /// is one READ; the others one control GET each). `slot` should be
+    /// `get_into_capacity(longest key, largest value)`. Refused with `bad_request` before
+    /// anything is sent when a key is invalid or `keys.size()` × `slot` exceeds `dst`. When a
+    /// value does not fit its slot the call fails with the `bad_request` of `get_into`, its
+    /// `client_error::needed_capacity()` the largest slot needed by such a value, so the caller
+    /// can retry with that; the other errors of `get_many` (a failing server) take precedence.
+    /// The call holds `dst`'s memory until it resolves; do not touch its bytes meanwhile.
+    future<std::vector<std::optional<placed_value>>> get_many_into(std::vector<std::string> keys,
+                                                                   net::rdma::buffer& dst, size_t slot);
 
     /// Deletes `key`: true when it existed.
     future<bool> remove(std::string_view key);

@@ -44,19 +44,26 @@ enum class client_errc {
 /// (in the configured list; 0 for bad requests) and a message naming the server and the cause.
 class client_error : public std::runtime_error {
 public:
-    /// An error of kind `code` about server `server`.
-    client_error(client_errc code, unsigned server, const std::string& what)
+    /// An error of kind `code` about server `server`; `needed_capacity` only for a `get_into`
+    /// buffer too small for the value (see `needed_capacity()`).
+    client_error(client_errc code, unsigned server, const std::string& what, size_t needed_capacity = 0)
         : std::runtime_error(what)
         , _code(code)
-        , _server(server) {}
+        , _server(server)
+        , _needed_capacity(needed_capacity) {}
     /// The kind of failure.
     client_errc code() const noexcept { return _code; }
     /// Index of the server concerned.
     unsigned server() const noexcept { return _server; }
+    /// For a `get_into` refused because the buffer was too small (a `bad_request`): the bytes
+    /// it needs for that value (the record READ over RDMA, the value where it is copied);
+    /// nothing was placed. 0 for every other error.
+    size_t needed_capacity() const noexcept { return _needed_capacity; }
 
 private:
     client_errc _code;
     unsigned _server;
+    size_t _needed_capacity;
 };
 
 } // namespace shoal::kv

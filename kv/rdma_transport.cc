@@ -456,18 +456,22 @@ future<std::optional<fetched_value>> rdma_transport::read_value(std::string key,
                 }
                 std::optional<placed_value> placed = copy_into(*dst, r.value, r.h.flags, r.h.version);
                 if (!placed) {
-                    fail(client_errc::bad_request, "get_into: the value of '" + key + "' has " +
-                                                       std::to_string(r.value.size()) +
-                                                       " bytes, the buffer " + std::to_string(dst->length));
+                    throw client_error(client_errc::bad_request, _index,
+                                       name() + ": get_into: the value of '" + key + "' has " +
+                                           std::to_string(r.value.size()) + " bytes, the buffer " +
+                                           std::to_string(dst->length),
+                                       r.value.size());
                 }
                 *where = *placed;
                 co_return fetched_value{{}, r.h.flags, r.h.version};
             }
             loc = location{r.h.addr, r.h.rkey, r.h.len, shard};
             if (dst && loc.len > dst->length) {
-                fail(client_errc::bad_request,
-                     "get_into: the record of '" + key + "' has " + std::to_string(loc.len) +
-                         " bytes (get_into_capacity), the buffer " + std::to_string(dst->length));
+                throw client_error(client_errc::bad_request, _index,
+                                   name() + ": get_into: the record of '" + key + "' has " +
+                                       std::to_string(loc.len) + " bytes (get_into_capacity), the buffer " +
+                                       std::to_string(dst->length),
+                                   loc.len);
             }
         }
         // The READ, in this coroutine (not one of its own): its completion resumes the GET

@@ -129,9 +129,10 @@ future<std::optional<placed_value>> text_transport::get_into(std::string key, ne
     const fetched_value& v = *got.front();
     std::optional<placed_value> placed = copy_into(dst, v.data, v.flags, v.cas);
     if (!placed) {
-        throw error(client_errc::bad_request, "get_into: the value of '" + key + "' has " +
-                                                  std::to_string(v.data.size()) + " bytes, the buffer " +
-                                                  std::to_string(dst.length));
+        client_error e = error(client_errc::bad_request,
+                               "get_into: the value of '" + key + "' has " + std::to_string(v.data.size()) +
+                                   " bytes, the buffer " + std::to_string(dst.length));
+        throw client_error(e.code(), e.server(), e.what(), v.data.size());
     }
     co_return placed;
 }

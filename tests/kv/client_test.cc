@@ -586,6 +586,9 @@ TEST(kv_client, registered_buffer_calls_without_rdma_are_refused_before_sending)
                       EXPECT_EQ(co_await failure_of(c.cas_from("k", none, 0, 0, 1)), "bad_request");
                       EXPECT_EQ(co_await failure_of(c.get_into("k", none)), "bad_request");
                       EXPECT_EQ(co_await failure_of(c.get_into("bad key", none)), "bad_request");
+                      const std::vector<std::string> good{"a", "b"}, bad{"a", "bad key"};
+                      EXPECT_EQ(co_await failure_of(c.get_many_into(good, none, 100)), "bad_request");
+                      EXPECT_EQ(co_await failure_of(c.get_many_into(bad, none, 100)), "bad_request");
                       EXPECT_EQ(co_await accepted(ts), 0u) << "nothing was sent";
                       EXPECT_EQ(kv::get_into_capacity(3, 1000), 56u + 1008 + 16);
                       co_await c.close();
