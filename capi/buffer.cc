@@ -34,6 +34,13 @@ net::rdma::local_span buffer_state::span(size_t offset, size_t len) const {
     return net::rdma::span_of(_buf, offset, len);
 }
 
+net::rdma::buffer& buffer_state::pool_buffer() {
+    if (!_buf) {
+        throw closed_error("the shoal buffer was freed");
+    }
+    return _buf;
+}
+
 future<> buffer_state::close_on_shard() noexcept {
     _data.store(nullptr, std::memory_order_release);
     _buf.reset();

@@ -28,6 +28,9 @@ public:
     /// On its shard: `len` bytes at `offset`, holding the memory until the operation using the
     /// span completes. Throws std::logic_error once the buffer was freed.
     net::rdma::local_span span(size_t offset, size_t len) const;
+    /// On its shard: the pool buffer itself, for calls that take a `net::rdma::buffer` and hold
+    /// its memory themselves (the KV client's). Throws closed_error once the buffer was freed.
+    net::rdma::buffer& pool_buffer();
 
 private:
     future<> close_on_shard() noexcept override;

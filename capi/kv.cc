@@ -2,6 +2,7 @@
 // to that shard and, for the blocking forms, waited for on the caller's thread.
 
 #include "capi/async.hh"
+#include "capi/buffer.hh"
 #include "capi/runtime.hh"
 #include "capi/shard_handle.hh"
 #include "capi/status.hh"
@@ -400,6 +401,174 @@ int shoal_kv_delete_async(shoal_kv* kv, const char* key, size_t key_size, shoal_
                 });
             },
             [done, user](int status, const char* error, async_outcome*) { done(user, status, error); });
+    });
+}
+
+} // extern "C"
+
+// The KV calls on registered buffers (shoal_kv_*_buffer*): kv::client's set_from / get_into.
+
+namespace {
+
+/// What a get into a buffer yields: where the value lies (status SHOAL_OK), or for
+/// SHOAL_ETOOSMALL the capacity needed in `value.length`.
+using placed_outcome = async_result<kv::placed_value>;
+
+/// On the client's shard: `key`'s value placed in `capacity` bytes at `offset` of `b`, as a
+/// status (a too-small range is SHOAL_ETOOSMALL with the size needed, not an exception).
+future<placed_outcome> get_placed(kv_state& st, buffer_state& b, std::string_view key, size_t offset,
+                                  size_t capacity) {
+    return st.client()
+        .get_into(key, b.pool_buffer(), offset, capacity)
+        .then_wrapped([](future<std::optional<kv::placed_value>> f) {
+            try {
+                std::optional<kv::placed_value> where = f.get();
+                if (!where) {
+                    return placed_outcome{SHOAL_ENOTFOUND, "no such key", {}};
+                }
+                return placed_outcome{SHOAL_OK, {}, *where};
+            } catch (const kv::client_error& e) {
+                if (e.needed_capacity() == 0) {
+                    throw;
+                }
+                kv::placed_value needed;
+                needed.length = e.needed_capacity();
+                return placed_outcome{SHOAL_ETOOSMALL, e.what(), needed};
+            }
+        });
+}
+
+/// On the client's shard: stores the `size` bytes at `offset` of `b` under `key`.
+future<kv::store_outcome> set_placed(kv_state& st, buffer_state& b, std::string_view key, size_t offset,
+                                     size_t size, uint32_t flags, int64_t exptime) {
+    return st.client().set_from(key, b.pool_buffer(), offset, size, flags, exptime);
+}
+
+/// The checks every buffer call starts with: the handle, the key and the buffer's range. The
+/// buffer's state, or null with the status in `rc`.
+std::shared_ptr<buffer_state> checked_buffer(shoal_kv* kv, const char* key, size_t key_size,
+                                             const shoal_buffer* buf, size_t offset, size_t len,
+                                             bool blocking, const char* what, int& rc) {
+    rc = check(kv, what, blocking);
+    if (rc == SHOAL_OK) {
+        rc = check_key(key, key_size, what);
+    }
+    if (rc != SHOAL_OK) {
+        return nullptr;
+    }
+    return usable_buffer(buf, kv->state->shard(), offset, len, what, rc);
+}
+
+} // namespace
+
+extern "C" {
+
+size_t shoal_kv_buffer_capacity(size_t key_size, size_t value_size) {
+    return kv::get_into_capacity(key_size, value_size);
+}
+
+int shoal_kv_set_buffer(shoal_kv* kv, const char* key, size_t key_size, const shoal_buffer* buf,
+                        size_t offset, size_t size, uint32_t flags, int64_t exptime) {
+    const char* what = "shoal_kv_set_buffer";
+    return guarded([&] {
+        int rc;
+        auto b = checked_buffer(kv, key, key_size, buf, offset, size, true, what, rc);
+        if (!b) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        auto f = st.runtime().engine().submit(st.shard(), [&st, &b, k, offset, size, flags, exptime] {
+            return set_placed(st, *b, k, offset, size, flags, exptime);
+        });
+        return store_status(f.get(), what);
+    });
+}
+
+int shoal_kv_get_buffer(shoal_kv* kv, const char* key, size_t key_size, shoal_buffer* buf, size_t offset,
+                        size_t capacity, size_t* value_offset, size_t* size, uint32_t* flags) {
+    const char* what = "shoal_kv_get_buffer";
+    return guarded([&] {
+        if (!value_offset) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": value_offset is NULL");
+        }
+        int rc;
+        auto b = checked_buffer(kv, key, key_size, buf, offset, capacity, true, what, rc);
+        if (!b) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        auto f = st.runtime().engine().submit(
+            st.shard(), [&st, &b, k, offset, capacity] { return get_placed(st, *b, k, offset, capacity); });
+        placed_outcome got = f.get();
+        if (got.status == SHOAL_ETOOSMALL && size) {
+            *size = got.value.length;
+        }
+        if (got.status != SHOAL_OK) {
+            return fail(got.status, std::string(what) + ": " + got.error);
+        }
+        *value_offset = got.value.offset;
+        if (size) {
+            *size = got.value.length;
+        }
+        if (flags) {
+            *flags = got.value.flags;
+        }
+        return int(SHOAL_OK);
+    });
+}
+
+int shoal_kv_set_buffer_async(shoal_kv* kv, const char* key, size_t key_size, const shoal_buffer* buf,
+                              size_t offset, size_t size, uint32_t flags, int64_t exptime, shoal_done_cb done,
+                              void* user) {
+    const char* what = "shoal_kv_set_buffer_async";
+    return guarded([&] {
+        if (!done) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL callback");
+        }
+        int rc;
+        auto b = checked_buffer(kv, key, key_size, buf, offset, size, false, what, rc);
+        if (!b) {
+            return rc;
+        }
+        // Work handed to a shard runs in the order it was handed over: set_from takes its hold on
+        // the buffer's memory before a shoal_buffer_free made after this call returns drops it.
+        return start_async(
+            kv, what,
+            [b = std::move(b), k = std::string(key, key_size), offset, size, flags, exptime](kv_state& st) {
+                return set_placed(st, *b, k, offset, size, flags, exptime).then([](kv::store_outcome o) {
+                    return o == kv::store_outcome::stored
+                               ? placed_outcome{}
+                               : placed_outcome{SHOAL_ENOTSTORED, "not stored", {}};
+                });
+            },
+            [done, user](int status, const char* error, placed_outcome*) { done(user, status, error); });
+    });
+}
+
+int shoal_kv_get_buffer_async(shoal_kv* kv, const char* key, size_t key_size, shoal_buffer* buf,
+                              size_t offset, size_t capacity, shoal_kv_get_buffer_cb done, void* user) {
+    const char* what = "shoal_kv_get_buffer_async";
+    return guarded([&] {
+        if (!done) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL callback");
+        }
+        int rc;
+        auto b = checked_buffer(kv, key, key_size, buf, offset, capacity, false, what, rc);
+        if (!b) {
+            return rc;
+        }
+        return start_async(
+            kv, what,
+            [b = std::move(b), k = std::string(key, key_size), offset, capacity](kv_state& st) {
+                return get_placed(st, *b, k, offset, capacity);
+            },
+            [done, user](int status, const char* error, placed_outcome* result) {
+                const kv::placed_value none;
+                const kv::placed_value& v = result ? result->value : none;
+                done(user, status, v.offset, v.length, v.flags, error);
+            });
     });
 }
 

@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 5
+#define SHOAL_C_VERSION_MINOR 6
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -189,6 +189,47 @@ SHOAL_C_API void shoal_buffer_free(shoal_buffer* buf);
 SHOAL_C_API void* shoal_buffer_data(const shoal_buffer* buf);
 /** The number of bytes asked for (0 for NULL or once its runtime stopped). */
 SHOAL_C_API size_t shoal_buffer_size(const shoal_buffer* buf);
+
+/* ---------------------------------------------------------------------------------------- */
+/* KV calls on registered buffers (since minor 6): over shoal-kv's RDMA protocol the value     */
+/* moves between the server and the caller's shoal_buffer without a copy in the library.       */
+/* The buffer must belong to the client's shard. Over TCP, and for values the server answers  */
+/* inline, the bytes are copied (the calls still work).                                       */
+
+/** The capacity shoal_kv_get_buffer needs for a value of `value_size` bytes under a key of
+ *  `key_size` bytes (the whole record an RDMA READ fetches: the value, the key and 72 to 79
+ *  bytes). */
+SHOAL_C_API size_t shoal_kv_buffer_capacity(size_t key_size, size_t value_size);
+/** shoal_kv_set of the `size` bytes at `offset` of `buf`: over RDMA a value too large to travel
+ *  in the request is WRITTEN by the device straight from `buf`. Do not change those bytes before
+ *  the call returned. SHOAL_EINVAL for a range outside the buffer or another shard's buffer,
+ *  SHOAL_ECLOSED for a freed one. */
+SHOAL_C_API int shoal_kv_set_buffer(shoal_kv* kv, const char* key, size_t key_size, const shoal_buffer* buf,
+                                    size_t offset, size_t size, uint32_t flags, int64_t exptime);
+/** Reads the value of `key` into the `capacity` bytes at `offset` of `buf` (nothing outside them
+ *  is touched). On SHOAL_OK the value's bytes start at `*value_offset` from the start of the
+ *  buffer (over RDMA after the record's header: not at `offset`), `*size` is their number and
+ *  `*flags` the value's flags (either of the last two may be NULL). SHOAL_ENOTFOUND when
+ *  missing. SHOAL_ETOOSMALL when the range is too small: `*size` is then the capacity needed
+ *  (shoal_kv_buffer_capacity over RDMA) and nothing is lost, call again with a larger range. */
+SHOAL_C_API int shoal_kv_get_buffer(shoal_kv* kv, const char* key, size_t key_size, shoal_buffer* buf,
+                                    size_t offset, size_t capacity, size_t* value_offset, size_t* size,
+                                    uint32_t* flags);
+/** Completion of shoal_kv_get_buffer_async: on SHOAL_OK the value lies at `value_offset` in the
+ *  buffer, `size` bytes; on SHOAL_ETOOSMALL `size` is the capacity needed. */
+typedef void (*shoal_kv_get_buffer_cb)(void* user, int status, size_t value_offset, size_t size,
+                                       uint32_t flags, const char* error);
+/** shoal_kv_set_buffer without waiting: the buffer's memory is held until `done` ran (freeing
+ *  the buffer meanwhile is safe); do not change those bytes before then. As shoal_kv_set_async
+ *  otherwise. */
+SHOAL_C_API int shoal_kv_set_buffer_async(shoal_kv* kv, const char* key, size_t key_size,
+                                          const shoal_buffer* buf, size_t offset, size_t size, uint32_t flags,
+                                          int64_t exptime, shoal_done_cb done, void* user);
+/** shoal_kv_get_buffer without waiting: the buffer's memory is held until `done` ran; its bytes
+ *  may be read once `done` reported SHOAL_OK. As shoal_kv_get_async otherwise. */
+SHOAL_C_API int shoal_kv_get_buffer_async(shoal_kv* kv, const char* key, size_t key_size, shoal_buffer* buf,
+                                          size_t offset, size_t capacity, shoal_kv_get_buffer_cb done,
+                                          void* user);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Ring channel: one producer writes messages straight into a consumer's memory with RDMA      */
