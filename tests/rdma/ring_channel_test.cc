@@ -877,6 +877,8 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
             co_await open_shard1_producer(cs, a);
 
             // Streaming: the consumer always has a receive pending.
+            const reactor_stats before = local_reactor().stats();
+            const uint64_t asked_before = cs.ring.stats().wake_requests;
             auto sent = submit_to(1, [seed] { return send_small_records(*prod, seed, 0, total, 64); });
             std::string first_bad;
             for (uint32_t seq = 0; seq < total; ++seq) {
@@ -894,11 +896,23 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
                         "wake requests, %lu pushes; producer %lu commits, %lu doorbells\n",
                         seed, st.messages, st.wraps, st.polled, st.doorbells, st.wake_requests, st.pushes,
                         pst.commits, pst.doorbells);
+            const reactor_stats after = local_reactor().stats();
+            const uint64_t sleep_attempts =
+                (after.sleeps - before.sleeps) + (after.aborted_sleeps - before.aborted_sleeps);
+            std::printf("  %.4f receive completions per record, %lu sleep attempts of the consumer's shard\n",
+                        double(st.doorbells) / double(st.messages), sleep_attempts);
             EXPECT_EQ(st.messages, total);
             EXPECT_GT(st.wraps, 100u);
             EXPECT_GT(st.polled, 0u);
+            // How many doorbells there are depends on how often the emulated producer stalls
+            // longer than the idle poll (a sanitizer build on a loaded host: ~5x more than a
+            // release build): the rate belongs to the benchmark. What the design promises is
+            // exact: a doorbell only answers a wake request, and the consumer asks for one only
+            // on its way to sleep (each request aborts that attempt, so it is counted there).
             EXPECT_LE(pst.doorbells, pst.wake_requests) << "a doorbell nobody asked for";
-            EXPECT_LT(double(st.doorbells) / double(st.messages), 0.01) << "receive completions per record";
+            EXPECT_LE(st.doorbells, st.wake_requests) << "a receive completion nobody asked for";
+            EXPECT_LE(st.wake_requests - asked_before, sleep_attempts)
+                << "a wake request while the shard polled";
 
             // Sleeping: a receive waits while the shard sleeps; each round's records, sent after
             // the sleep, must arrive (they bring a doorbell the consumer asked for).
