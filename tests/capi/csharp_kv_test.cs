@@ -1,10 +1,13 @@
 // The C ABI from C#: P/Invoke (DllImport) into libshoal_c, as seed 000 wants other languages to
 // use shoal. Starts a runtime, opens a KV client of the servers in SHOAL_KV_SERVERS, stores and
 // reads back values (binary bytes, flags, a missing key, a value too large for the buffer),
-// checks an error code and its text, and stops. Prints "N passed, N failed".
+// checks an error code and its text, and stops. With SHOAL_C_TEST_RDMA (the rdma:// servers of
+// the Soft-RoCE guest) the runtime starts RDMA and values also go through registered buffers:
+// shoal_kv_set_buffer / shoal_kv_get_buffer and their async forms. Prints "N passed, N failed".
 using System;
 using System.Runtime.InteropServices;
 using System.Text;
+using System.Threading;
 
 static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_open(IntPtr rt, string servers, uint shard, uint timeout_ms, out IntPtr kv);
@@ -12,6 +15,17 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_set(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime);
     [DllImport(Lib)] public static extern int shoal_kv_get(IntPtr kv, byte[] key, UIntPtr key_size, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags);
     [DllImport(Lib)] public static extern int shoal_kv_delete(IntPtr kv, byte[] key, UIntPtr key_size);
+
+    /// shoal_kv_get_buffer_cb: on OK the value lies at `value_offset` in the buffer, `size`
+    /// bytes; on ETOOSMALL `size` is the capacity needed.
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    public delegate void GetBufferCallback(IntPtr user, int status, UIntPtr value_offset, UIntPtr size, uint flags, IntPtr error);
+
+    [DllImport(Lib)] public static extern UIntPtr shoal_kv_buffer_capacity(UIntPtr key_size, UIntPtr value_size);
+    [DllImport(Lib)] public static extern int shoal_kv_set_buffer(IntPtr kv, byte[] key, UIntPtr key_size, IntPtr buf, UIntPtr offset, UIntPtr size, uint flags, long exptime);
+    [DllImport(Lib)] public static extern int shoal_kv_get_buffer(IntPtr kv, byte[] key, UIntPtr key_size, IntPtr buf, UIntPtr offset, UIntPtr capacity, out UIntPtr value_offset, out UIntPtr size, out uint flags);
+    [DllImport(Lib)] public static extern int shoal_kv_set_buffer_async(IntPtr kv, byte[] key, UIntPtr key_size, IntPtr buf, UIntPtr offset, UIntPtr size, uint flags, long exptime, DoneCallback done, IntPtr user);
+    [DllImport(Lib)] public static extern int shoal_kv_get_buffer_async(IntPtr kv, byte[] key, UIntPtr key_size, IntPtr buf, UIntPtr offset, UIntPtr capacity, GetBufferCallback done, IntPtr user);
 }
 
 static class Program {
@@ -22,6 +36,104 @@ static class Program {
     }
 
     static UIntPtr Len(byte[] b) { return new UIntPtr((uint)b.Length); }
+    static UIntPtr U(long n) { return new UIntPtr((ulong)n); }
+
+    // The async completions: kept in static fields while a call is in flight (the native side
+    // calls them later, on a shard thread).
+    static readonly ManualResetEvent doneEvent = new ManualResetEvent(false);
+    static int doneStatus;
+    static ulong doneOffset, doneSize;
+    static uint doneFlags;
+    static readonly Shoal.DoneCallback onSet = (user, status, error) => { doneStatus = status; doneEvent.Set(); };
+    static readonly Shoal.GetBufferCallback onGet = (user, status, at, size, flags, error) => {
+        doneStatus = status; doneOffset = at.ToUInt64(); doneSize = size.ToUInt64(); doneFlags = flags; doneEvent.Set();
+    };
+
+    static byte[] Pattern(int n, int seed) {
+        var b = new byte[n];
+        new Random(seed).NextBytes(b);
+        return b;
+    }
+
+    static bool SameAt(IntPtr buf, ulong at, byte[] want) {
+        var got = new byte[want.Length];
+        Marshal.Copy(new IntPtr(Shoal.shoal_buffer_data(buf).ToInt64() + (long)at), got, 0, got.Length);
+        for (int i = 0; i < want.Length; i++) { if (got[i] != want[i]) { return false; } }
+        return true;
+    }
+
+    /// Values through registered buffers of shard 1 (the client's shard): a large value (WRITTEN
+    /// by the device from the buffer) and a small one, sync and async; READ into a range of
+    /// another buffer; a range too small; another shard's buffer.
+    static void BufferCalls(IntPtr rt, IntPtr kv) {
+        const int bufSize = 256 * 1024;
+        IntPtr src, dst, elsewhere;
+        Check(Shoal.shoal_buffer_alloc(rt, 1, U(bufSize), out src) == Shoal.OK, "buffer alloc (source)");
+        Check(Shoal.shoal_buffer_alloc(rt, 1, U(bufSize), out dst) == Shoal.OK, "buffer alloc (target)");
+        Check(Shoal.shoal_buffer_alloc(rt, 0, U(4096), out elsewhere) == Shoal.OK, "buffer alloc (shard 0)");
+        if (src == IntPtr.Zero || dst == IntPtr.Zero || elsewhere == IntPtr.Zero) { return; }
+        int[] sizes = { 200000, 100, 150000, 60 };
+        for (int i = 0; i < sizes.Length; i++) {
+            bool async = i >= 2;
+            int n = sizes[i];
+            var key = Encoding.ASCII.GetBytes("cs-buffer-" + i);
+            var value = Pattern(n, 100 + i);
+            long from = 1000 + i; // not at the buffer's start
+            Marshal.Copy(value, 0, new IntPtr(Shoal.shoal_buffer_data(src).ToInt64() + from), n);
+            int rc;
+            if (async) {
+                doneEvent.Reset();
+                rc = Shoal.shoal_kv_set_buffer_async(kv, key, Len(key), src, U(from), U(n), (uint)(40 + i), 0, onSet, IntPtr.Zero);
+                Check(rc == Shoal.OK, "set_buffer_async " + i + ": " + Shoal.Name(rc));
+                Check(rc == Shoal.OK && doneEvent.WaitOne(30000) && doneStatus == Shoal.OK, "set_buffer_async " + i + " completes OK");
+            } else {
+                rc = Shoal.shoal_kv_set_buffer(kv, key, Len(key), src, U(from), U(n), (uint)(40 + i), 0);
+                Check(rc == Shoal.OK, "set_buffer " + i + ": " + Shoal.Name(rc));
+            }
+            // As a copying client sees it.
+            var output = new byte[n];
+            UIntPtr size, at;
+            uint flags;
+            rc = Shoal.shoal_kv_get(kv, key, Len(key), output, Len(output), out size, out flags);
+            bool same = rc == Shoal.OK && size.ToUInt64() == (ulong)n && flags == 40 + i;
+            for (int j = 0; same && j < n; j++) { same = output[j] == value[j]; }
+            Check(same, "value " + i + " stored from the buffer reads back whole: " + Shoal.Name(rc));
+            // Into a range of `dst` starting at 512, of the capacity the call says it needs.
+            ulong need = Shoal.shoal_kv_buffer_capacity(Len(key), U(n)).ToUInt64();
+            Check(need > (ulong)n, "capacity " + need + " covers a " + n + "-byte value and its record");
+            ulong gotAt = 0, gotSize = 0;
+            uint gotFlags = 0;
+            if (async) {
+                doneEvent.Reset();
+                rc = Shoal.shoal_kv_get_buffer_async(kv, key, Len(key), dst, U(512), U((long)need), onGet, IntPtr.Zero);
+                Check(rc == Shoal.OK && doneEvent.WaitOne(30000), "get_buffer_async " + i + " completes");
+                rc = doneStatus; gotAt = doneOffset; gotSize = doneSize; gotFlags = doneFlags;
+            } else {
+                rc = Shoal.shoal_kv_get_buffer(kv, key, Len(key), dst, U(512), U((long)need), out at, out size, out flags);
+                gotAt = at.ToUInt64(); gotSize = size.ToUInt64(); gotFlags = flags;
+            }
+            Check(rc == Shoal.OK && gotSize == (ulong)n && gotFlags == 40 + i, "get_buffer " + i + ": " + Shoal.Name(rc));
+            Check(gotAt >= 512 && gotAt + gotSize <= 512 + need && SameAt(dst, gotAt, value),
+                  "get_buffer " + i + " placed the value inside its range, at " + gotAt);
+            // Too small: the capacity needed comes back, nothing is lost.
+            rc = Shoal.shoal_kv_get_buffer(kv, key, Len(key), dst, U(0), U(50), out at, out size, out flags);
+            Check(rc == Shoal.ETOOSMALL && size.ToUInt64() >= (ulong)n && size.ToUInt64() <= need,
+                  "get_buffer " + i + " into 50 bytes: " + Shoal.Name(rc) + ", needs " + size.ToUInt64());
+        }
+        var none = Encoding.ASCII.GetBytes("cs-buffer-none");
+        UIntPtr a, sz;
+        uint f;
+        Check(Shoal.shoal_kv_get_buffer(kv, none, Len(none), dst, U(0), U(4096), out a, out sz, out f) == Shoal.ENOTFOUND,
+              "get_buffer of a missing key");
+        var k0 = Encoding.ASCII.GetBytes("cs-buffer-0");
+        Check(Shoal.shoal_kv_set_buffer(kv, k0, Len(k0), elsewhere, U(0), U(100), 0, 0) == Shoal.EINVAL,
+              "another shard's buffer refused");
+        Check(Shoal.shoal_kv_set_buffer(kv, k0, Len(k0), src, U(bufSize - 10), U(100), 0, 0) == Shoal.EINVAL,
+              "a range past the buffer's end refused");
+        Shoal.shoal_buffer_free(src);
+        Shoal.shoal_buffer_free(dst);
+        Shoal.shoal_buffer_free(elsewhere);
+    }
 
     static int Main() {
         string servers = Environment.GetEnvironmentVariable("SHOAL_KV_SERVERS");
@@ -32,6 +144,8 @@ static class Program {
         Shoal.shoal_runtime_options_init(ref opts);
         Check(opts.struct_size.ToUInt64() == (ulong)Marshal.SizeOf(typeof(Shoal.RuntimeOptions)), "options size matches the C struct");
         opts.shards = 2;
+        bool rdma = Environment.GetEnvironmentVariable("SHOAL_C_TEST_RDMA") != null;
+        opts.rdma = rdma ? 1 : 0;
         IntPtr rt;
         int rc = Shoal.shoal_runtime_start(ref opts, out rt);
         Check(rc == Shoal.OK, "runtime start: " + Shoal.Name(rc));
@@ -66,6 +180,10 @@ static class Program {
 
         var badKey = Encoding.ASCII.GetBytes("bad key");
         Check(Shoal.shoal_kv_set(kv, badKey, Len(badKey), value, Len(value), 0, 0) == Shoal.EINVAL, "bad key refused");
+
+        if (rdma) {
+            BufferCalls(rt, kv);
+        }
 
         Check(Shoal.shoal_runtime_stop(rt) == Shoal.OK, "stop");
         Check(Shoal.shoal_kv_set(kv, key, Len(key), value, Len(value), 0, 0) == Shoal.ECLOSED, "calls after stop are refused");
