@@ -9,6 +9,7 @@
 #include "net/rdma/memory_pool.hh"
 
 #include <cstring>
+#include <type_traits>
 
 namespace shoal::kv::internal {
 
@@ -342,7 +343,7 @@ void rdma_transport::stale(const std::string& key) noexcept {
 future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
     const location* at = cached(key, UINT32_MAX);
     if (!at) {
-        return read_value(std::move(key), nullptr, nullptr);
+        return read_value<fetched_value>(std::move(key), {});
     }
     const location loc = *at;
     rdma::buffer b;
@@ -363,7 +364,7 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
             std::optional<record::view> v = decode(b.data(), len, key);
             if (!v) {
                 stale(key);
-                return read_value(std::move(key), nullptr, nullptr);
+                return read_value<fetched_value>(std::move(key), {});
             }
             ++_stats.direct_reads;
             return make_ready_future<std::optional<fetched_value>>(
@@ -375,7 +376,7 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
 future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
     const location* at = cached(key, dst.length);
     if (!at) {
-        return place_value(std::move(key), std::move(dst));
+        return read_value<placed_value>(std::move(key), std::move(dst));
     }
     const location loc = *at;
     std::shared_ptr<shard_conn> s = _shards[loc.shard];
@@ -391,7 +392,7 @@ future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rd
             std::optional<record::view> v = decode(dst.addr, len, key);
             if (!v) {
                 stale(key);
-                return place_value(std::move(key), std::move(dst));
+                return read_value<placed_value>(std::move(key), std::move(dst));
             }
             ++_stats.direct_reads;
             ++_stats.zero_copy_gets;
@@ -400,19 +401,10 @@ future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rd
         });
 }
 
-future<std::optional<placed_value>> rdma_transport::place_value(std::string key, rdma::local_span dst) {
-    placed_value where;
-    std::optional<fetched_value> v = co_await read_value(std::move(key), &dst, &where);
-    if (!v) {
-        co_return std::nullopt;
-    }
-    where.flags = v->flags;
-    where.cas = v->cas;
-    co_return where;
-}
-
-future<std::optional<fetched_value>> rdma_transport::read_value(std::string key, rdma::local_span* dst,
-                                                                placed_value* where) {
+template <typename Result>
+future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::local_span dst) {
+    static_assert(std::is_same_v<Result, fetched_value> || std::is_same_v<Result, placed_value>);
+    constexpr bool into_dst = std::is_same_v<Result, placed_value>;
     if (_closed) {
         fail(client_errc::bad_request, "client closed");
     }
@@ -424,7 +416,7 @@ future<std::optional<fetched_value>> rdma_transport::read_value(std::string key,
     const unsigned shard = shard_of_key(key);
     location loc;
     bool from_cache = false; // this READ is of a cached location (no control round trip)
-    if (auto it = _cache.find(key); it != _cache.end() && (!dst || it->second.len <= dst->length)) {
+    if (auto it = _cache.find(key); it != _cache.end() && (!into_dst || it->second.len <= dst.length)) {
         loc = it->second; // (a record too long for `dst` may have shrunk since: ask the server)
         from_cache = true;
     }
@@ -451,26 +443,26 @@ future<std::optional<fetched_value>> rdma_transport::read_value(std::string key,
             remember(key, r.h, shard);
             if (r.h.is_inline) {
                 ++_stats.inline_values;
-                if (!dst) {
+                if constexpr (!into_dst) {
                     co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
+                } else {
+                    std::optional<placed_value> placed = copy_into(dst, r.value, r.h.flags, r.h.version);
+                    if (!placed) {
+                        throw client_error(client_errc::bad_request, _index,
+                                           name() + ": get_into: the value of '" + key + "' has " +
+                                               std::to_string(r.value.size()) + " bytes, the buffer " +
+                                               std::to_string(dst.length),
+                                           r.value.size());
+                    }
+                    co_return *placed;
                 }
-                std::optional<placed_value> placed = copy_into(*dst, r.value, r.h.flags, r.h.version);
-                if (!placed) {
-                    throw client_error(client_errc::bad_request, _index,
-                                       name() + ": get_into: the value of '" + key + "' has " +
-                                           std::to_string(r.value.size()) + " bytes, the buffer " +
-                                           std::to_string(dst->length),
-                                       r.value.size());
-                }
-                *where = *placed;
-                co_return fetched_value{{}, r.h.flags, r.h.version};
             }
             loc = location{r.h.addr, r.h.rkey, r.h.len, shard};
-            if (dst && loc.len > dst->length) {
+            if (into_dst && loc.len > dst.length) {
                 throw client_error(client_errc::bad_request, _index,
                                    name() + ": get_into: the record of '" + key + "' has " +
                                        std::to_string(loc.len) + " bytes (get_into_capacity), the buffer " +
-                                       std::to_string(dst->length),
+                                       std::to_string(dst.length),
                                    loc.len);
             }
         }
@@ -479,8 +471,8 @@ future<std::optional<fetched_value>> rdma_transport::read_value(std::string key,
         std::shared_ptr<shard_conn> s = _shards[loc.shard];
         rdma::buffer b; // without `dst`: a pool buffer of our own
         rdma::local_span into;
-        if (dst) {
-            into = rdma::local_span{dst->addr, loc.len, dst->lkey, dst->hold};
+        if constexpr (into_dst) {
+            into = rdma::local_span{dst.addr, loc.len, dst.lkey, dst.hold};
         } else {
             b = rdma::shard_context::local().pool().allocate(loc.len);
             into = rdma::span_of(b, 0, loc.len);
@@ -501,7 +493,7 @@ future<std::optional<fetched_value>> rdma_transport::read_value(std::string key,
         if (timing) {
             timing->completed = std::chrono::steady_clock::now();
         }
-        std::optional<record::view> v = decode(dst ? dst->addr : b.data(), loc.len, key);
+        std::optional<record::view> v = decode(into_dst ? dst.addr : b.data(), loc.len, key);
         if (v && from_cache) {
             ++_stats.direct_reads;
             if (timing) {
@@ -512,13 +504,14 @@ future<std::optional<fetched_value>> rdma_transport::read_value(std::string key,
                 _stats.timed_after_ns += ns(std::chrono::steady_clock::now() - timing->completed);
             }
         }
-        if (v && dst) {
-            ++_stats.zero_copy_gets;
-            *where = placed_value{size_t(v->value.data() - dst->addr), v->value.size(), v->flags, v->version};
-            co_return fetched_value{{}, v->flags, v->version};
-        }
         if (v) {
-            co_return fetched_value{std::string(v->value), v->flags, v->version};
+            if constexpr (into_dst) {
+                ++_stats.zero_copy_gets;
+                co_return placed_value{size_t(v->value.data() - dst.addr), v->value.size(), v->flags,
+                                       v->version};
+            } else {
+                co_return fetched_value{std::string(v->value), v->flags, v->version};
+            }
         }
         if (from_cache) {
             ++_stats.cache_misses;

@@ -78,7 +78,7 @@ public:
     future<> close() override;
 
     /// One key's value (the building block of `get`). A cached location is READ without a
-    /// coroutine (`read_cached`); anything else goes through `read_value`.
+    /// coroutine; anything else goes through `read_value`.
     future<std::optional<fetched_value>> get_one(std::string key) override;
     /// Drops every cached location (the next GETs take the control path).
     void forget_locations() noexcept { _cache.clear(); }
@@ -134,10 +134,11 @@ private:
         std::chrono::steady_clock::time_point start, posted, completed;
     };
     /// The GET of `key` (cached location, else control round trip; READs validated, retried).
-    /// With `dst`: READs land in `*dst` and the value is left there (`*where` says where; the
-    /// result's `data` stays empty); an inline answer is copied to its start.
-    future<std::optional<fetched_value>> read_value(std::string key, net::rdma::local_span* dst,
-                                                    placed_value* where);
+    /// `Result` says where the value goes: `fetched_value`, copied out of a pool buffer (`dst`
+    /// unused); `placed_value`, READ into `dst` and left there (an inline answer is copied to
+    /// its start).
+    template <typename Result>
+    future<std::optional<Result>> read_value(std::string key, net::rdma::local_span dst);
     /// A store; with `src` (non-empty) a granted value is WRITTEN from it, else from a copy of
     /// `value`.
     future<store_outcome> put(store_op op, std::string_view key, std::string_view value,
@@ -152,8 +153,6 @@ private:
     /// A cached READ whose record did not validate (it raced a change): the location is dropped
     /// (the GET goes on through the server).
     void stale(const std::string& key) noexcept;
-    /// `get_into` without a cached location to READ at once (the `read_value` coroutine).
-    future<std::optional<placed_value>> place_value(std::string key, net::rdma::local_span dst);
     /// The record READ into `buf` (`len` bytes) when it validates as `key`'s and has not expired,
     /// else nullopt (counted in `invalid_reads`).
     std::optional<record::view> decode(const char* buf, uint32_t len, std::string_view key);
