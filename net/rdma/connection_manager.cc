@@ -604,6 +604,11 @@ void connection_impl::on_cm_event(const cm_event& ev) noexcept {
                  rdma_event_str(ev.type), ev.status);
     switch (ev.type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (_state != state::resolving) {
+            // Closed while the address resolved (an abort, the setup timeout): the id still
+            // reports the step it had started; go no further (the id is freed with the QP).
+            break;
+        }
         if (_id->verbs != _ctx->dev().context()) {
             fail_setup(fmt::format("the address resolves to RDMA device {}, but shoal uses {}",
                                    _id->verbs ? ibv_get_device_name(_id->verbs->device) : "(none)",
@@ -616,6 +621,9 @@ void connection_impl::on_cm_event(const cm_event& ev) noexcept {
         fail_setup("address resolution failed: " + status_text(ev.status));
         break;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        if (_state != state::resolving) {
+            break; // closed meanwhile: a route resolved now must not connect
+        }
         try {
             create_qp();
             auto pdata = encode_conn_params(local_params());
