@@ -29,8 +29,8 @@ public:
         return time_point(tp.time_since_epoch());
     }
 
-    /// Refreshes the calling shard's copy (the reactor calls this).
-    static void refresh() noexcept;
+    /// Refreshes the calling shard's copy (the reactor calls this); returns the time read.
+    static steady_clock_type::time_point refresh() noexcept;
 };
 
 } // namespace shoal

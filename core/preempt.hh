@@ -1,26 +1,46 @@
 #pragma once
 
+#include <cstdint>
+
 namespace shoal {
 
 namespace internal {
-/// The two words `need_preempt()` compares on a shard: the head and the tail of its preemption
-/// timer's completion queue (core/preempt_timer.hh). The kernel moves the tail when the task
-/// quota runs out; the reactor moves the head back level when it polls. Off a shard (or with
-/// no time quota) both point at one word that never changes.
-struct preempt_words {
-    const unsigned* head;
-    const unsigned* tail;
+/// `need_preempt()` reads the clock once in this many calls.
+inline constexpr unsigned preempt_check_interval = 16;
+/// A deadline that never passes: off a shard, with no time quota, or while a shard drains.
+inline constexpr int64_t no_preempt_deadline = INT64_MAX;
+
+/// The running shard's task quota as `need_preempt()` sees it (one per thread). The reactor
+/// starts the quota when it polls (`deadline` = then + the quota, `raised` lowered);
+/// `need_preempt()` reads the steady clock once in `preempt_check_interval` calls and, once
+/// the deadline has passed, keeps `raised` up until the next poll.
+struct preempt_state {
+    bool raised = false;                         ///< the quota ran out
+    unsigned countdown = preempt_check_interval; ///< calls left before a clock read
+    int64_t deadline = no_preempt_deadline;      ///< steady-clock ns: end of the quota
+    int64_t checked_at = 0;                      ///< steady-clock ns of the last read
 };
-extern constinit thread_local preempt_words preempt_watch;
+extern constinit thread_local preempt_state preempt_watch;
+
+/// The clock read behind `need_preempt()`, out of line: raises the flag once the deadline has
+/// passed, and starts the next countdown.
+bool check_preempt_deadline() noexcept;
 } // namespace internal
 
-/// True when the running task has used up the shard's task quota (0.5 ms by default) and should
-/// let the reactor poll: long loops check it and yield (`co_await yield()`); a `co_await` of a
-/// ready future does so on its own. Two loads of memory the kernel shares with the shard: no
-/// clock read, no system call, no other thread. Always false outside a shard.
+/// True when the running task has used up the shard's task quota (0.5 ms by default, counted
+/// from the reactor's last poll) and should let the reactor poll: long loops check it and yield
+/// (`co_await yield()`); a `co_await` of a ready future does so on its own. A flag test and a
+/// countdown; one call in `internal::preempt_check_interval` reads the steady clock (vDSO, no
+/// system call). No timer, no interrupt, no other thread. Always false outside a shard.
 inline bool need_preempt() noexcept {
-    const internal::preempt_words& w = internal::preempt_watch;
-    return __atomic_load_n(w.tail, __ATOMIC_RELAXED) != __atomic_load_n(w.head, __ATOMIC_RELAXED);
+    internal::preempt_state& s = internal::preempt_watch;
+    if (s.raised) {
+        return true;
+    }
+    if (--s.countdown != 0) {
+        return false;
+    }
+    return internal::check_preempt_deadline();
 }
 
 } // namespace shoal

@@ -54,7 +54,7 @@ reactor& local_reactor() noexcept {
 
 void internal::set_local_reactor(reactor* r) noexcept {
     tl_reactor = r;
-    internal::preempt_watch = r ? r->_preempt_timer.words() : internal::preempt_timer::still_words();
+    internal::preempt_watch = {}; // no deadline until the reactor polls
     lowres_clock::refresh();
 }
 
@@ -65,8 +65,10 @@ lowres_clock::time_point lowres_clock::now() noexcept {
     return tl_lowres_now;
 }
 
-void lowres_clock::refresh() noexcept {
-    tl_lowres_now = from_steady(steady_clock_type::now());
+steady_clock_type::time_point lowres_clock::refresh() noexcept {
+    auto now = steady_clock_type::now();
+    tl_lowres_now = from_steady(now);
+    return now;
 }
 
 void schedule(task* t) noexcept {
@@ -106,7 +108,7 @@ private:
 reactor::reactor(unsigned shard_id, const reactor_config& cfg)
     : _shard_id(shard_id)
     , _cfg(cfg)
-    , _preempt_timer(cfg.task_quota_time) {
+    , _quota_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.task_quota_time).count()) {
     int rc = -EINVAL;
     for (unsigned flags : ring_flag_sets) {
         if (flags == defer_taskrun_flags && !_cfg.defer_taskrun) {
@@ -319,8 +321,12 @@ void reactor::run_tasks(unsigned quota) {
             t->run_and_dispose();
             if (need_preempt()) {
                 // Noticed a whole period after the quota ran out: this task held the shard
-                // for longer than one task-quota period.
-                _stats.long_tasks += _preempt_timer.noticed_late();
+                // for longer than one task-quota period (one clock read per cut round; the
+                // flag may have gone up long before this task ended).
+                auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               steady_clock_type::now().time_since_epoch())
+                               .count();
+                _stats.long_tasks += now - internal::preempt_watch.deadline >= _quota_ns;
                 preempted = true;
                 break;
             }
@@ -369,9 +375,20 @@ unsigned reactor::pick_group() noexcept {
     return best;
 }
 
+void reactor::start_quota(steady_clock_type::time_point now) noexcept {
+    internal::preempt_state& ps = internal::preempt_watch;
+    ps.raised = false;
+    ps.countdown = internal::preempt_check_interval;
+    ps.deadline =
+        _quota_ns > 0
+            ? std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() + _quota_ns
+            : internal::no_preempt_deadline;
+}
+
 bool reactor::poll_once() {
-    _preempt_timer.consume();
-    lowres_clock::refresh();
+    // The quota of the next task round counts from here (one clock read per iteration, shared
+    // with the low-resolution clock).
+    start_quota(lowres_clock::refresh());
     bool work = false;
     uint64_t enters = _stats.io_enter_calls;
     if (_defer_taskrun) {
@@ -444,13 +461,10 @@ void reactor::sleep() {
 
 void reactor::run() {
     auto idle_since = steady_clock_type::now();
+    start_quota(idle_since);
     bool idle = false;
     while (!_stopping || _active) {
         ++_stats.loops;
-        if (_active) {
-            // The quota counts from the first task after an idle spell or the last expiry.
-            _stats.preempt_timer_arms += _preempt_timer.arm();
-        }
         run_tasks(_cfg.task_quota);
         bool work = poll_once();
         if (work || _active) {
@@ -468,6 +482,7 @@ void reactor::run() {
         }
         if (now - idle_since >= _cfg.idle_poll) {
             sleep();
+            start_quota(lowres_clock::refresh());
             idle = false;
         }
     }
@@ -503,10 +518,12 @@ void reactor::cancel_all_io() {
 }
 
 void reactor::run_all_tasks() {
-    // No time quota at shutdown: an expiry is taken before every round (and no period started), so ready
-    // co_awaits that requeue themselves and tasks that queue others all run to the end.
+    // No time quota at shutdown: ready co_awaits that requeue themselves and tasks that queue
+    // others all run to the end.
+    internal::preempt_state& ps = internal::preempt_watch;
+    ps.raised = false;
+    ps.deadline = internal::no_preempt_deadline;
     while (_active) {
-        _preempt_timer.consume();
         run_tasks(UINT32_MAX);
     }
 }

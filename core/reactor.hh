@@ -2,7 +2,7 @@
 
 #include "core/clock.hh"
 #include "core/future.hh"
-#include "core/preempt_timer.hh"
+#include "core/preempt.hh"
 #include "core/scheduling.hh"
 #include "core/small_pool.hh"
 #include "core/task.hh"
@@ -50,10 +50,10 @@ struct reactor_config {
     std::chrono::microseconds idle_poll{200};
     /// Tasks run between two rounds of polling (at most; time may end a round earlier).
     unsigned task_quota = 256;
-    /// Task quota in time: a shard's tasks may run this long from the first task after an idle
-    /// spell (or the last expiry) before `need_preempt()` rises (a per-shard io_uring timer,
-    /// core/preempt_timer.hh); the reactor then polls after the running task, and ready
-    /// `co_await`s and the loops of future_util yield. Zero: no time-based preemption.
+    /// Task quota in time: a shard's tasks may run this long after the reactor's last poll
+    /// before `need_preempt()` rises (it samples the clock, core/preempt.hh); the reactor then
+    /// polls after the running task, and ready `co_await`s and the loops of future_util yield.
+    /// Zero: no time-based preemption.
     std::chrono::microseconds task_quota_time{500};
     /// Submission queue entries of the shard's io_uring ring.
     unsigned ring_entries = 1024;
@@ -77,7 +77,6 @@ struct reactor_stats {
     uint64_t polls_entering_twice = 0; ///< polls that entered the kernel twice (submit, then reap)
     uint64_t timers_fired = 0;         ///< timer expirations handled
     uint64_t preemptions = 0;          ///< task rounds cut short by the time quota (need_preempt())
-    uint64_t preempt_timer_arms = 0;   ///< task-quota periods started (one kernel entry each)
     /// Tasks that held the shard for a whole task-quota period (`task_quota_time`) or more after
     /// the quota ran out: tasks that hold the shard too long (a shard descheduled by the host
     /// for that long counts too).
@@ -183,6 +182,8 @@ private:
     bool submit_and_get_events();
     bool fire_timers();
     void sleep();
+    /// Starts a task quota at `now` (`need_preempt()` lowered; it rises `task_quota_time` later).
+    void start_quota(steady_clock_type::time_point now) noexcept;
     void run_tasks(unsigned quota);
     /// Runs tasks until none is queued, ignoring the time quota (shutdown).
     void run_all_tasks();
@@ -192,7 +193,7 @@ private:
     unsigned _shard_id;
     reactor_config _cfg;
     reactor_stats _stats;
-    internal::preempt_timer _preempt_timer;    // need_preempt() on this shard
+    int64_t _quota_ns;                         // task_quota_time in ns; 0: no time quota
     task_queue _queues[max_scheduling_groups]; // one per scheduling group
     uint32_t _active = 0;                      // bit g: queue g has tasks
     uint32_t _was_active = 0;                  // groups that had tasks at the last contested pick

@@ -82,25 +82,46 @@ TEST(preempt, zero_quota_time_never_preempts) {
               0);
 }
 
-TEST(preempt, the_quota_timer_runs_while_tasks_run_and_not_while_the_shard_sleeps) {
+TEST(preempt, rises_within_one_check_interval_of_calls_once_the_quota_has_passed) {
     EXPECT_EQ(run_in_shard([]() -> future<> {
-                  const reactor_stats& st = local_reactor().stats();
-                  // Busy: a task round after every yield for 20 ms; the quota runs out 40 times
-                  // (fewer when the host takes the CPU away, rarely below a quarter of that).
-                  uint64_t arms = st.preempt_timer_arms;
-                  auto until = steady_clock_type::now() + 20ms;
-                  while (steady_clock_type::now() < until) {
-                      co_await yield();
+                  // The quota counts from the reactor's last poll, before this task: once 0.5 ms
+                  // have passed by the test's own clock, the quota has run out, and
+                  // need_preempt() says so by its check_interval-th call at the latest.
+                  auto past_quota = steady_clock_type::now() + 1ms;
+                  while (steady_clock_type::now() < past_quota) {
                   }
-                  EXPECT_GE(st.preempt_timer_arms - arms, 10u);
-                  // Idle: 100 ms asleep (200 periods) starts no period beyond the one running
-                  // when the shard went to sleep and the one after it woke.
-                  arms = st.preempt_timer_arms;
-                  uint64_t sleeps = st.sleeps;
-                  co_await sleep(100ms);
-                  EXPECT_GT(st.sleeps, sleeps);
-                  EXPECT_LE(st.preempt_timer_arms - arms, 2u);
+                  unsigned calls = 0;
+                  while (calls < internal::preempt_check_interval && !need_preempt()) {
+                      ++calls;
+                  }
+                  EXPECT_LT(calls, internal::preempt_check_interval);
+                  EXPECT_TRUE(need_preempt()); // stays up until the reactor polls
+                  co_await yield();
+                  co_return;
               }),
+              0);
+}
+
+TEST(preempt, rounds_shorter_than_the_quota_are_not_cut_by_it) {
+    reactor_config cfg;
+    cfg.task_quota = 4; // rounds of a few tasks: microseconds, even under a sanitizer
+    EXPECT_EQ(run_in_shard(
+                  []() -> future<> {
+                      // 20 ms of short task rounds, the reactor polling between them: the quota
+                      // counts from each poll, so it never runs out (a timer running from the
+                      // first task cut ~40 of these rounds). A host that takes the CPU away for
+                      // over 0.5 ms in the middle of a round cuts it: a few at most in 20 ms.
+                      const reactor_stats& st = local_reactor().stats();
+                      uint64_t preemptions = st.preemptions;
+                      uint64_t loops = st.loops;
+                      auto until = steady_clock_type::now() + 20ms;
+                      while (steady_clock_type::now() < until) {
+                          co_await yield();
+                      }
+                      EXPECT_GT(st.loops - loops, 40u);
+                      EXPECT_LE(st.preemptions - preemptions, 10u);
+                  },
+                  cfg),
               0);
 }
 
