@@ -5,6 +5,7 @@
 // tasks: the READ's completion runs the GET's continuation, which resumes the caller (docs/kv.md).
 #include "rdma_kv_util.hh"
 
+#include "../softroce/callgrind_marks.hh"
 #include "core/small_pool.hh"
 
 #include <cstdlib>
@@ -64,14 +65,15 @@ using namespace shoal::kv_test;
 
 namespace {
 
-/// Per-GET costs of `n` GETs made by `get` (a callable returning the GET's future).
+/// Per-GET costs of `n` GETs made by `get` (a callable returning the GET's future); under
+/// callgrind the GETs are a dump named `mark` (bench/instructions_per_op.sh).
 struct per_get {
     double mallocs = 0;
     double tasks = 0;
 };
 
 template <typename Get>
-future<per_get> measure(unsigned n, Get get) {
+future<per_get> measure(unsigned n, const char* mark, Get get) {
     for (unsigned i = 0; i < 20; ++i) { // warm: the location cached, pools and free lists filled
         RDMA_CHECK(co_await get());
     }
@@ -79,9 +81,11 @@ future<per_get> measure(unsigned n, Get get) {
     tl_mallocs = 0;
     tl_counting = true;
     bool all_found = true;
+    SHOAL_CALLGRIND_ZERO();
     for (unsigned i = 0; i < n; ++i) {
         all_found = all_found && bool(co_await get());
     }
+    SHOAL_CALLGRIND_DUMP(mark);
     tl_counting = false;
     RDMA_CHECK(all_found);
     co_return per_get{double(tl_mallocs) / n, double(local_reactor().stats().tasks_run - tasks_before) / n};
@@ -102,14 +106,17 @@ TEST(kv_get_cost, a_cached_get_allocates_its_value_alone_and_runs_two_tasks) {
                 RDMA_CHECK(co_await c.set(k, value_of(k, 1, 32), 0, 0) == kv::store_outcome::stored);
                 constexpr unsigned n = 300;
                 const uint64_t reads_before = t.stats().direct_reads;
-                per_get one = co_await measure(n, [&] { return t.get_one(k); });
+                per_get one = co_await measure(n, "kv cached GET rdma_transport::get_one 32 B/300",
+                                               [&] { return t.get_one(k); });
                 EXPECT_GE(t.stats().direct_reads - reads_before, n) << "not every GET was a cached READ";
                 rdma::buffer dst =
                     rdma::shard_context::local().pool().allocate(kv::get_into_capacity(k.size(), 32));
-                per_get into =
-                    co_await measure(n, [&] { return t.get_into(k, rdma::span_of(dst, 0, dst.capacity())); });
+                per_get into = co_await measure(n, "kv cached GET rdma_transport::get_into 32 B/300", [&] {
+                    return t.get_into(k, rdma::span_of(dst, 0, dst.capacity()));
+                });
                 EXPECT_GE(t.stats().zero_copy_gets, n);
-                per_get client = co_await measure(n, [&] { return c.get(k); });
+                per_get client =
+                    co_await measure(n, "kv cached GET kv::client::get 32 B/300", [&] { return c.get(k); });
                 std::printf("per cached GET: get_one %.2f mallocs %.2f tasks, get_into %.2f / %.2f, "
                             "kv::client::get %.2f / %.2f\n",
                             one.mallocs, one.tasks, into.mallocs, into.tasks, client.mallocs, client.tasks);

@@ -38,18 +38,7 @@ future<> with_pair(rdma::listen_options lo, Client client, Server server) {
 
 /// Echoes every stream message back as it is (the received pool buffer, in place).
 future<> stream_echo(rdma::connection c) {
-    net::connected_socket s = c.socket();
-    net::input_stream in = s.input();
-    net::output_stream out = s.output();
-    for (;;) {
-        net::temporary_buffer b = co_await in.read();
-        if (b.empty()) {
-            break;
-        }
-        co_await out.write(std::move(b));
-        co_await out.flush();
-    }
-    co_await out.close();
+    return echo_stream(c.socket());
 }
 
 /// Reads `n` bytes with read() (which never copies); returns them.

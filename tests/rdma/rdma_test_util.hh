@@ -105,6 +105,21 @@ inline size_t check_pattern(const char* p, size_t n, unsigned seed, size_t from 
     return SIZE_MAX;
 }
 
+/// Echoes every read back (write, flush) until the peer ends its side, then closes.
+inline future<> echo_stream(net::connected_socket s) {
+    net::input_stream in = s.input();
+    net::output_stream out = s.output();
+    for (;;) {
+        net::temporary_buffer b = co_await in.read();
+        if (b.empty()) {
+            break;
+        }
+        co_await out.write(std::move(b));
+        co_await out.flush();
+    }
+    co_await out.close();
+}
+
 /// Writes `size` pattern bytes in writes of `chunk`, then flushes.
 inline future<> write_pattern(net::output_stream& out, size_t size, unsigned seed, size_t chunk) {
     std::string block(std::min(size, chunk), '\0');

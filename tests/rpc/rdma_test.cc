@@ -6,6 +6,7 @@
 #include "rpc_suite.hh"
 
 #include "../rdma/rdma_test_util.hh"
+#include "../softroce/callgrind_marks.hh"
 #include "core/reactor.hh"
 #include "net/rdma/context.hh"
 #include "rpc/rdma_link.hh"
@@ -48,6 +49,9 @@ void run_case(const char* name, unsigned smp = 1) {
 /// Tasks one call at concurrency 1 may run on its shard (client and server together).
 /// Measured: 8 (main before issue 10 pass 5: 10); the half is room for a stray timer task.
 constexpr double max_tasks_per_call = 8.5;
+/// Tasks a raw stream round trip (write, flush, read) may run at concurrency 1 on one shard.
+/// Measured: 4 (the half is room for a stray timer task).
+constexpr double max_stream_tasks_per_round_trip = 4.5;
 
 /// Counters of this shard's RDMA links, to take differences of.
 rpc::rdma_link_stats link_stats() {
@@ -138,13 +142,106 @@ TEST(rpc_rdma_path, a_call_at_a_time_runs_few_tasks) {
             }
             constexpr uint64_t calls = 200;
             const uint64_t before = local_reactor().stats().tasks_run;
+            const auto posts_before = net::rdma::shard_context::local().stats();
+            SHOAL_CALLGRIND_ZERO();
             for (uint64_t i = 0; i < calls; ++i) {
                 EXPECT_EQ(co_await fx.client.call<&add>(int32_t(i), 1), int32_t(i) + 1);
             }
+            SHOAL_CALLGRIND_DUMP("rpc call add(int32 int32)/200");
             const double per_call = double(local_reactor().stats().tasks_run - before) / calls;
-            std::printf("tasks per call at concurrency 1: %.2f\n", per_call);
+            const auto posts_after = net::rdma::shard_context::local().stats();
+            const double posts = double(posts_after.post_send_calls - posts_before.post_send_calls) / calls;
+            std::printf("per call at concurrency 1: %.2f tasks, %.2f ibv_post_send calls, %.2f send WRs\n",
+                        per_call, posts,
+                        double(posts_after.send_requests - posts_before.send_requests) / calls);
             EXPECT_LE(per_call, max_tasks_per_call);
+            // One SEND each way and nothing else (no credit-only message): the wire does what
+            // the raw stream's round trip does.
+            EXPECT_LE(posts, 2.05);
             co_await fx.stop();
+        },
+        1, no_time_quota);
+}
+
+/// The end of a measured loop of `rounds` operations that began when the shard had run `before`
+/// tasks: every echo came back intact and each operation ran at most `max_tasks` tasks.
+void check_loop(const char* what, uint64_t before, int rounds, bool intact, double max_tasks) {
+    const double per_op = double(local_reactor().stats().tasks_run - before) / rounds;
+    std::printf("%s: %.2f\n", what, per_op);
+    EXPECT_TRUE(intact) << what;
+    EXPECT_LE(per_op, max_tasks) << what;
+}
+
+/// The baseline of issue 10's per-call cost: a 128-byte round trip on the raw RDMA stream (the
+/// path `shoal-echo --transport rdma` measures), one at a time on one shard, with an attachment
+/// call of the same size over RPC next to it. Both echo the bytes intact; the stream runs few
+/// tasks per round trip, and a call at most `max_tasks_per_call`. Under callgrind
+/// (bench/instructions_per_op.sh) each loop is a dump of its own, which puts the two paths'
+/// user-space instructions side by side.
+TEST(rpc_rdma_path, a_call_and_a_raw_stream_round_trip_side_by_side) {
+    reactor_config no_time_quota;
+    no_time_quota.task_quota_time = std::chrono::microseconds(0);
+    run_body(
+        [](rpc_env& env) -> future<> {
+            constexpr int rounds = 200;
+            const std::string bytes = pattern(128);
+            {
+                fixture fx(env);
+                co_await fx.client.connect(fx.address);
+                net::temporary_buffer payload = net::temporary_buffer::copy_of(bytes);
+                for (int i = 0; i < 20; ++i) {
+                    (void)co_await fx.client.call<&echo_attachment>(rpc::attachment(payload.share()));
+                }
+                bool intact = true;
+                const uint64_t before = local_reactor().stats().tasks_run;
+                SHOAL_CALLGRIND_ZERO();
+                for (int i = 0; i < rounds; ++i) {
+                    rpc::attachment back =
+                        co_await fx.client.call<&echo_attachment>(rpc::attachment(payload.share()));
+                    intact = intact && back.view() == bytes;
+                }
+                SHOAL_CALLGRIND_DUMP("rpc call echo(attachment 128 B)/200");
+                check_loop("RPC echo of 128 B: tasks per call", before, rounds, intact, max_tasks_per_call);
+                co_await fx.stop();
+            }
+            const net::socket_address address = env.next_address();
+            net::server_socket listener = env.transport.listen(address, {});
+            future<> served = listener.accept().then(
+                [](net::accept_result a) { return rdma_test::echo_stream(std::move(a.connection)); });
+            net::connected_socket c = co_await env.transport.connect(address);
+            auto in = c.input();
+            auto out = c.output();
+            net::temporary_buffer msg = net::temporary_buffer::copy_of(bytes);
+            std::string got;
+            // As shoal-echo's client: the write and its flush proceed while the reply is read.
+            auto round_trip = [&]() -> future<> {
+                future<> written = out.write(msg.share()).then([&out] { return out.flush(); });
+                got.clear();
+                while (got.size() < bytes.size()) {
+                    net::temporary_buffer b = co_await in.read_up_to(bytes.size() - got.size());
+                    if (b.empty()) {
+                        throw std::runtime_error("the echo server closed the stream");
+                    }
+                    got.append(b.view());
+                }
+                co_await std::move(written);
+            };
+            for (int i = 0; i < 20; ++i) {
+                co_await round_trip();
+            }
+            bool intact = true;
+            const uint64_t before = local_reactor().stats().tasks_run;
+            SHOAL_CALLGRIND_ZERO();
+            for (int i = 0; i < rounds; ++i) {
+                co_await round_trip();
+                intact = intact && got == bytes;
+            }
+            SHOAL_CALLGRIND_DUMP("raw stream round trip 128 B/200");
+            check_loop("raw stream echo of 128 B: tasks per round trip", before, rounds, intact,
+                       max_stream_tasks_per_round_trip);
+            co_await out.close();
+            co_await std::move(served);
+            listener.abort_accept();
         },
         1, no_time_quota);
 }
