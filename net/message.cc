@@ -10,6 +10,24 @@
 
 namespace shoal::net {
 
+bool message_connection_impl::receive_into(message_receiver& r) {
+    auto hand_over = [&r](future<std::optional<temporary_buffer>>& f) {
+        if (f.failed()) {
+            r.on_receive_error(f.get_exception());
+        } else {
+            r.on_message(f.get());
+        }
+    };
+    future<std::optional<temporary_buffer>> f = receive();
+    if (f.available()) {
+        hand_over(f);
+        return true;
+    }
+    (void)std::move(f).then_wrapped(
+        [hand_over](future<std::optional<temporary_buffer>> ready) mutable { hand_over(ready); });
+    return false;
+}
+
 size_t internal::checked_message_size(std::span<temporary_buffer> parts, size_t max) {
     size_t n = 0;
     for (auto& p : parts) {

@@ -18,6 +18,18 @@
 
 namespace shoal::net {
 
+/// Takes received messages by call instead of by future (`message_connection::receive_into`).
+class message_receiver {
+public:
+    /// The next message, or nullopt once the peer ended its side.
+    virtual void on_message(std::optional<temporary_buffer> message) noexcept = 0;
+    /// Receiving failed (a broken or aborted connection).
+    virtual void on_receive_error(std::exception_ptr error) noexcept = 0;
+
+protected:
+    ~message_receiver() = default;
+};
+
 /// The transport side of a message connection; see `message_connection`.
 class message_connection_impl {
 public:
@@ -28,6 +40,10 @@ public:
     virtual future<> send(std::span<temporary_buffer> parts) = 0;
     /// The next message, whole and contiguous; nullopt once the peer ended its side.
     virtual future<std::optional<temporary_buffer>> receive() = 0;
+    /// `receive()` whose result goes to `r`; true when `r` was called before this returned.
+    /// This default waits on `receive()`'s future; a transport that can hands the message over
+    /// from its receive completion instead (RDMA), with no task in between.
+    virtual bool receive_into(message_receiver& r);
     /// The largest message `send` takes.
     virtual size_t max_message_size() const noexcept = 0;
     /// Ends sending after the queued messages (the peer receives nullopt after the last one).
@@ -62,6 +78,12 @@ public:
     }
     /// The next message; nullopt once the peer closed its side.
     future<std::optional<temporary_buffer>> receive() { return _impl->receive(); }
+    /// Like `receive()`, but the message (or the error) is handed to `r`: at once when one is
+    /// already there (then this returns true), else when it arrives, from the transport's
+    /// receive completion where it has one (RDMA: no task, no future). Counts as the one
+    /// pending receive. `r` must stay alive until it is called or this connection is destroyed,
+    /// and must not destroy the connection from inside the call.
+    bool receive_into(message_receiver& r) { return _impl->receive_into(r); }
     /// The largest message this side may send.
     size_t max_message_size() const noexcept { return _impl->max_message_size(); }
     /// Ends sending after the queued messages; resolves when they left.

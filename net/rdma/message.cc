@@ -127,6 +127,10 @@ future<std::optional<net::temporary_buffer>> message_socket::receive() {
     return _ref->impl().message_get();
 }
 
+bool message_socket::receive_into(net::message_receiver& r) {
+    return _ref->impl().message_receive_into(r);
+}
+
 size_t message_socket::max_message_size() const noexcept {
     return _ref->impl().stream_piece_size();
 }

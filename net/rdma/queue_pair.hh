@@ -3,6 +3,7 @@
 #include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/timer.hh"
+#include "net/message.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/completion.hh"
 #include "net/rdma/memory_pool.hh"
@@ -280,6 +281,11 @@ public:
     /// `stream_get` for the message API: the next message, nullopt at end of stream. A read
     /// that waits is resolved by the receive itself (no continuation in between).
     future<std::optional<net::temporary_buffer>> message_get();
+    /// `message_get` whose result goes to `r`: from the receive completion when it waits (no
+    /// task, no future), at once otherwise (then true).
+    bool message_receive_into(net::message_receiver& r);
+    /// Forgets a receiver that waits (its message socket is going away).
+    void drop_message_receiver() noexcept { _msg_receiver = nullptr; }
     /// Queues bytes to send as credits allow; waits while more than `send_buffer_limit` are
     /// queued.
     future<> stream_put(net::temporary_buffer buf);
@@ -421,7 +427,7 @@ private:
     bool build_data_message() noexcept;
     void deliver_rx(net::temporary_buffer buf) noexcept;
     /// True while a stream or message read waits.
-    bool rx_waiting() const noexcept { return _rx_waiter || _msg_waiter; }
+    bool rx_waiting() const noexcept { return _rx_waiter || _msg_waiter || _msg_receiver; }
     /// Hands `buf` (empty: end of stream) to the waiting read, if any.
     void wake_reader(net::temporary_buffer buf) noexcept;
     /// Fails the waiting read, if any.
@@ -510,6 +516,7 @@ private:
     std::deque<net::temporary_buffer> _rx;
     std::optional<promise<net::temporary_buffer>> _rx_waiter;
     std::optional<promise<std::optional<net::temporary_buffer>>> _msg_waiter; // message_get's
+    net::message_receiver* _msg_receiver = nullptr;                           // message_receive_into's
     bool _peer_fin = false;
     bool _input_closed = false;
     bool _stream_taken = false;

@@ -6,6 +6,7 @@
 #include "net/rdma/error.hh"
 #include "net/rdma/fault_injector.hh"
 
+#include <cassert>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -42,6 +43,13 @@ void connection_impl::wake_reader(net::temporary_buffer buf) noexcept {
         } else {
             pr.set_value(std::move(buf));
         }
+    } else if (_msg_receiver) {
+        net::message_receiver* r = std::exchange(_msg_receiver, nullptr);
+        if (buf.empty()) {
+            r->on_message(std::nullopt);
+        } else {
+            r->on_message(std::move(buf));
+        }
     }
 }
 
@@ -50,6 +58,8 @@ void connection_impl::fail_reader(const std::exception_ptr& ex) noexcept {
         std::exchange(_rx_waiter, std::nullopt)->set_exception(ex);
     } else if (_msg_waiter) {
         std::exchange(_msg_waiter, std::nullopt)->set_exception(ex);
+    } else if (_msg_receiver) {
+        std::exchange(_msg_receiver, nullptr)->on_receive_error(ex);
     }
 }
 
@@ -93,6 +103,25 @@ future<std::optional<net::temporary_buffer>> connection_impl::message_get() {
         }
         return std::optional<net::temporary_buffer>(std::move(b));
     });
+}
+
+bool connection_impl::message_receive_into(net::message_receiver& r) {
+    SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
+    if (_rx.empty() && !_peer_fin && !_input_closed &&
+        (_state == state::established || _state == state::connecting) && !rx_waiting()) {
+        _msg_receiver = &r;
+        return false;
+    }
+    // Every other case is answered at once by `message_get` (a message is queued, the input
+    // ended, the connection failed, or another read waits).
+    future<std::optional<net::temporary_buffer>> f = message_get();
+    assert(f.available());
+    if (f.failed()) {
+        r.on_receive_error(f.get_exception());
+    } else {
+        r.on_message(f.get());
+    }
+    return true;
 }
 
 void connection_impl::stream_abort_read(const std::exception_ptr& ex) noexcept {

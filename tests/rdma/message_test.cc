@@ -252,6 +252,134 @@ TEST(messages, boundaries_sizes_parts_and_limits) {
     EXPECT_EQ(rc, 0);
 }
 
+/// Takes messages with `receive_into`, re-arming from inside each call as rpc/'s link does.
+struct collector final : net::message_receiver {
+    explicit collector(net::message_connection& m)
+        : msgs(m) {}
+    net::message_connection& msgs;
+    std::vector<std::string> got;
+    size_t want = 0; // arm again from on_message until this many arrived
+    bool ended = false;
+    std::exception_ptr error;
+    bool in_call = false; // receive_into runs: a message handed over at once is counted there
+    unsigned handed_at_once = 0;
+    std::optional<promise<>> done;
+
+    /// Asks for the next message; true when it was handed over before this returned.
+    bool arm() {
+        in_call = true;
+        const bool now = msgs.receive_into(*this);
+        in_call = false;
+        handed_at_once += now;
+        return now;
+    }
+    void finish() {
+        if (done) {
+            std::exchange(done, std::nullopt)->set_value();
+        }
+    }
+    void on_message(std::optional<net::temporary_buffer> m) noexcept override {
+        if (!m) {
+            ended = true;
+            finish();
+            return;
+        }
+        got.emplace_back(m->view());
+        if (got.size() >= want) {
+            finish();
+        } else if (!in_call) {
+            (void)arm(); // from the receive completion: the next one comes the same way
+        }
+    }
+    void on_receive_error(std::exception_ptr ex) noexcept override {
+        error = ex;
+        finish();
+    }
+};
+
+/// Messages a peer may send before the other side reads any (its idle receive window).
+constexpr unsigned queued = 2;
+
+/// `receive_into`: a message already queued is handed over before it returns; a receiver that
+/// waits is called from the receive completion with each message, in order and intact; the
+/// peer's close arrives as nullopt and an abort as `on_receive_error`.
+TEST(messages, receive_into_hands_messages_over_without_a_future) {
+    auto body = [](unsigned i) { return std::string(1 + i * 53 % 2000, char('a' + i % 26)); };
+    int rc = run_rdma(2, [&body]() -> future<> {
+        co_await with_pair(
+            {},
+            [&body](rdma::connection c) -> future<> {
+                net::message_connection m = c.messages();
+                // Two fit the receive window a peer has before it reads anything.
+                for (unsigned i = 0; i < queued; ++i) {
+                    co_await m.send(net::temporary_buffer::copy_of(body(i)));
+                }
+                // The peer took them while they were queued; it now waits for more.
+                std::optional<net::temporary_buffer> go = co_await m.receive();
+                RDMA_CHECK(go && go->view() == "go");
+                for (unsigned i = queued; i < 80; ++i) {
+                    co_await m.send(net::temporary_buffer::copy_of(body(i)));
+                }
+                co_await m.close();
+                std::optional<net::temporary_buffer> end = co_await m.receive();
+                EXPECT_FALSE(end);
+            },
+            [&body](rdma::connection c) -> future<> {
+                net::message_connection m = c.messages();
+                collector r(m);
+                RDMA_CHECK(co_await eventually([&] { return c.stats().messages_received >= queued; }));
+                // Queued: each is handed over at once.
+                r.want = queued;
+                for (unsigned i = 0; i < queued; ++i) {
+                    EXPECT_TRUE(r.arm()) << "message " << i << " was queued";
+                }
+                EXPECT_EQ(r.handed_at_once, queued);
+                // Nothing queued: the receiver waits, and the completions call it.
+                r.want = 80;
+                r.done.emplace();
+                auto all = r.done->get_future();
+                EXPECT_FALSE(r.arm()) << "nothing was queued";
+                co_await m.send(net::temporary_buffer::copy_of("go"));
+                co_await with_timeout(steady_clock_type::now() + 10s, std::move(all));
+                RDMA_CHECK(r.got.size() == 80u);
+                for (unsigned i = 0; i < 80; ++i) {
+                    EXPECT_EQ(r.got[i], body(i)) << "message " << i;
+                }
+                // The peer's close.
+                r.done.emplace();
+                auto end = r.done->get_future();
+                (void)r.arm();
+                co_await with_timeout(steady_clock_type::now() + 10s, std::move(end));
+                EXPECT_TRUE(r.ended);
+                EXPECT_FALSE(r.error);
+                co_await m.close();
+            });
+        // An abort fails a receiver that waits.
+        co_await with_pair(
+            {},
+            [](rdma::connection c) -> future<> {
+                net::message_connection m = c.messages();
+                try {
+                    (void)co_await m.receive();
+                } catch (...) {
+                }
+            },
+            [](rdma::connection c) -> future<> {
+                net::message_connection m = c.messages();
+                collector r(m);
+                r.want = 1;
+                r.done.emplace();
+                auto failed = r.done->get_future();
+                EXPECT_FALSE(r.arm());
+                m.abort();
+                co_await with_timeout(steady_clock_type::now() + 10s, std::move(failed));
+                EXPECT_TRUE(r.error) << "no error after the abort";
+                EXPECT_TRUE(r.got.empty());
+            });
+    });
+    EXPECT_EQ(rc, 0);
+}
+
 TEST(messages, a_heap_header_and_a_registered_payload_cost_one_small_copy_and_one_send) {
     int rc = run_rdma(2, []() -> future<> {
         co_await with_pair(
