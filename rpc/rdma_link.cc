@@ -46,7 +46,7 @@ struct held_body {
 };
 
 /// The state of one link, shared with its loops (the sender, the release reader, READs).
-class link_state : public std::enable_shared_from_this<link_state> {
+class link_state : public std::enable_shared_from_this<link_state>, private net::message_receiver {
 public:
     link_state(rdma::connection c, const rdma_link_options& o)
         : _conn(std::move(c))
@@ -168,32 +168,63 @@ public:
     net::socket_address peer_address() const { return _conn.peer_address(); }
 
 private:
-    /// Takes the next message when a reader waits and the READ budget has room.
+    /// Takes the next message when a reader waits and the READ budget has room. The message is
+    /// handed to `on_message` by the transport's receive completion (no task in between); one
+    /// that is already there is handed over before `receive_into` returns, and the loop here
+    /// takes the next instead of a recursion.
     void pump() {
-        if (_receiving || !_reader || _input_shut || _rx_eof || _rx_error) {
+        if (_pumping) {
+            _pump_again = true;
             return;
         }
-        if (_bodies_in_flight > 0 && (_reads_posted >= _max_reads || _bytes_in_flight >= _read_budget)) {
-            return; // a READ that ends calls pump() again
+        _pumping = true;
+        do {
+            _pump_again = false;
+            if (_receiving || !_reader || _input_shut || _rx_eof || _rx_error) {
+                break;
+            }
+            if (_bodies_in_flight > 0 && (_reads_posted >= _max_reads || _bytes_in_flight >= _read_budget)) {
+                break; // a READ that ends calls pump() again
+            }
+            _receiving = true;
+            _receive_hold = shared_from_this(); // the link lives while it waits for a message
+            _msgs.receive_into(*this);
+        } while (_pump_again);
+        _pumping = false;
+    }
+
+    /// The message `pump` asked for (nullopt: the peer ended its side).
+    void on_message(std::optional<net::temporary_buffer> m) noexcept override {
+        std::shared_ptr<link_state> hold = std::move(_receive_hold);
+        _receiving = false;
+        if (!m) {
+            _rx_eof = true;
+            maybe_end();
+        } else {
+            try {
+                take_message(std::move(*m));
+                pump();
+            } catch (...) {
+                fail(std::current_exception());
+            }
         }
-        _receiving = true;
-        (void)_msgs.receive().then_wrapped(
-            [self = shared_from_this()](future<std::optional<net::temporary_buffer>> f) {
-                self->_receiving = false;
-                try {
-                    std::optional<net::temporary_buffer> m = f.get();
-                    if (!m) {
-                        self->_rx_eof = true;
-                        self->maybe_end();
-                        return;
-                    }
-                    self->on_message(std::move(*m));
-                } catch (...) {
-                    self->fail(std::current_exception());
-                    return;
-                }
-                self->pump();
-            });
+        release_hold(std::move(hold));
+    }
+
+    /// Receiving failed: the reader gets the error after the frames completed before it.
+    void on_receive_error(std::exception_ptr ex) noexcept override {
+        std::shared_ptr<link_state> hold = std::move(_receive_hold);
+        _receiving = false;
+        fail(std::move(ex));
+        release_hold(std::move(hold));
+    }
+
+    /// Drops the hold a finished receive had on the link. When it is the last one, the link
+    /// goes in a task of its own: not inside the connection's receive completion that called.
+    static void release_hold(std::shared_ptr<link_state> hold) noexcept {
+        if (hold && hold.use_count() == 1) {
+            (void)yield().then([last = std::move(hold)] {});
+        }
     }
 
     /// A complete frame: to the waiting reader, else queued for the next read_frame.
@@ -228,7 +259,7 @@ private:
 
     /// A message holds one frame whose body is remote, or one or more whole frames back to back
     /// (sliced out of the receive buffer, no copy).
-    void on_message(net::temporary_buffer m) {
+    void take_message(net::temporary_buffer m) {
         size_t off = 0;
         do {
             if (m.size() - off < frame_header::size) {
@@ -735,7 +766,10 @@ private:
     // receiving
     std::deque<frame> _ready;
     size_t _max_frame = 0;
-    bool _receiving = false;
+    bool _receiving = false;                   // a receive_into waits for the next message
+    bool _pumping = false;                     // pump() runs (a message handed over at once calls it again)
+    bool _pump_again = false;                  // ... and asked for another round
+    std::shared_ptr<link_state> _receive_hold; // held while a receive waits
     bool _rx_eof = false;
     std::exception_ptr _rx_error;
     unsigned _bodies_in_flight = 0;
