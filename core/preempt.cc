@@ -12,10 +12,7 @@ bool check_preempt_deadline() noexcept {
     if (s.deadline == no_preempt_deadline) {
         return false;
     }
-    s.checked_at = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch())
-                       .count();
-    s.raised = s.checked_at >= s.deadline;
+    s.raised = steady_ns(std::chrono::steady_clock::now()) >= s.deadline;
     return s.raised;
 }
 

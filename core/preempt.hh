@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 namespace shoal {
@@ -9,6 +10,10 @@ namespace internal {
 inline constexpr unsigned preempt_check_interval = 16;
 /// A deadline that never passes: off a shard, with no time quota, or while a shard drains.
 inline constexpr int64_t no_preempt_deadline = INT64_MAX;
+/// `t` in the unit of `preempt_state::deadline`: steady-clock nanoseconds.
+inline int64_t steady_ns(std::chrono::steady_clock::time_point t) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 /// The running shard's task quota as `need_preempt()` sees it (one per thread). The reactor
 /// starts the quota when it polls (`deadline` = then + the quota, `raised` lowered);
@@ -18,7 +23,6 @@ struct preempt_state {
     bool raised = false;                         ///< the quota ran out
     unsigned countdown = preempt_check_interval; ///< calls left before a clock read
     int64_t deadline = no_preempt_deadline;      ///< steady-clock ns: end of the quota
-    int64_t checked_at = 0;                      ///< steady-clock ns of the last read
 };
 extern constinit thread_local preempt_state preempt_watch;
 

@@ -323,10 +323,9 @@ void reactor::run_tasks(unsigned quota) {
                 // Noticed a whole period after the quota ran out: this task held the shard
                 // for longer than one task-quota period (one clock read per cut round; the
                 // flag may have gone up long before this task ended).
-                auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               steady_clock_type::now().time_since_epoch())
-                               .count();
-                _stats.long_tasks += now - internal::preempt_watch.deadline >= _quota_ns;
+                _stats.long_tasks +=
+                    internal::steady_ns(steady_clock_type::now()) - internal::preempt_watch.deadline >=
+                    _quota_ns;
                 preempted = true;
                 break;
             }
@@ -379,10 +378,7 @@ void reactor::start_quota(steady_clock_type::time_point now) noexcept {
     internal::preempt_state& ps = internal::preempt_watch;
     ps.raised = false;
     ps.countdown = internal::preempt_check_interval;
-    ps.deadline =
-        _quota_ns > 0
-            ? std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() + _quota_ns
-            : internal::no_preempt_deadline;
+    ps.deadline = _quota_ns > 0 ? internal::steady_ns(now) + _quota_ns : internal::no_preempt_deadline;
 }
 
 bool reactor::poll_once() {
@@ -520,9 +516,7 @@ void reactor::cancel_all_io() {
 void reactor::run_all_tasks() {
     // No time quota at shutdown: ready co_awaits that requeue themselves and tasks that queue
     // others all run to the end.
-    internal::preempt_state& ps = internal::preempt_watch;
-    ps.raised = false;
-    ps.deadline = internal::no_preempt_deadline;
+    internal::preempt_watch = {}; // no deadline
     while (_active) {
         run_tasks(UINT32_MAX);
     }

@@ -428,6 +428,12 @@ private:
     void deliver_rx(net::temporary_buffer buf) noexcept;
     /// True while a stream or message read waits.
     bool rx_waiting() const noexcept { return _rx_waiter || _msg_waiter || _msg_receiver; }
+    /// True when a message read made now has to wait for a receive: nothing is queued, the
+    /// input goes on, the connection is up and no other read waits.
+    bool message_read_waits() const noexcept {
+        return _rx.empty() && !_peer_fin && !_input_closed &&
+               (_state == state::established || _state == state::connecting) && !rx_waiting();
+    }
     /// Hands `buf` (empty: end of stream) to the waiting read, if any.
     void wake_reader(net::temporary_buffer buf) noexcept;
     /// Fails the waiting read, if any.

@@ -90,8 +90,7 @@ future<net::temporary_buffer> connection_impl::stream_get() {
 
 future<std::optional<net::temporary_buffer>> connection_impl::message_get() {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (_rx.empty() && !_peer_fin && !_input_closed &&
-        (_state == state::established || _state == state::connecting) && !rx_waiting()) {
+    if (message_read_waits()) {
         _msg_waiter.emplace();
         return _msg_waiter->get_future();
     }
@@ -107,8 +106,7 @@ future<std::optional<net::temporary_buffer>> connection_impl::message_get() {
 
 bool connection_impl::message_receive_into(net::message_receiver& r) {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    if (_rx.empty() && !_peer_fin && !_input_closed &&
-        (_state == state::established || _state == state::connecting) && !rx_waiting()) {
+    if (message_read_waits()) {
         _msg_receiver = &r;
         return false;
     }
