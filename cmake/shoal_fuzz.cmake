@@ -1,6 +1,7 @@
 # Fuzz targets (libFuzzer). A target is one source that defines
 #   extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
-# plus the libraries it needs, and a corpus directory kept in the repository.
+# plus the libraries it needs, and a corpus directory kept in the repository. core/small_pool.cc
+# is compiled into every target: net::temporary_buffer's heap storage takes small buffers from it.
 #
 #   shoal_add_fuzzer(NAME <name> SOURCES <files...> [LIBRARIES <targets...>] CORPUS <dir>)
 #
@@ -21,6 +22,7 @@ function(shoal_add_fuzzer)
     message(FATAL_ERROR "shoal_add_fuzzer: NAME, SOURCES and CORPUS are required")
   endif()
   get_filename_component(corpus "${F_CORPUS}" ABSOLUTE)
+  list(APPEND F_SOURCES ${PROJECT_SOURCE_DIR}/core/small_pool.cc)
   if(SHOAL_FUZZ)
     add_executable(${F_NAME} ${F_SOURCES})
     target_compile_options(${F_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)

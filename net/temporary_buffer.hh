@@ -1,5 +1,7 @@
 #pragma once
 
+#include "core/small_pool.hh"
+
 #include <cassert>
 #include <cstddef>
 #include <cstdlib>
@@ -146,24 +148,39 @@ private:
 };
 
 namespace internal {
-/// Heap storage: the owner header and the bytes in one malloc.
+/// Heap storage: the owner header and the bytes in one allocation. A small one (an RPC frame's
+/// header and arguments, a short reply) comes from the thread's `small_pool`, so that making
+/// and dropping one per message costs no trip through malloc; larger ones from malloc.
 class heap_buffer final : public buffer_owner {
 public:
     /// A buffer of `size` uninitialised bytes; throws std::bad_alloc.
     static temporary_buffer make(size_t size) {
-        void* mem = std::malloc(sizeof(heap_buffer) + size);
+        const size_t bytes = sizeof(heap_buffer) + size;
+        void* mem = bytes <= pool::max_size ? pool::allocate(bytes, std::nothrow) : std::malloc(bytes);
         if (!mem) {
             throw std::bad_alloc();
         }
-        auto* owner = new (mem) heap_buffer();
+        auto* owner = new (mem) heap_buffer(bytes);
         return temporary_buffer(reinterpret_cast<char*>(owner + 1), size, owner);
     }
 
 private:
+    using pool = shoal::internal::small_pool;
+
+    explicit heap_buffer(size_t bytes) noexcept
+        : _bytes(bytes) {}
+
     void release() noexcept override {
+        const size_t bytes = _bytes;
         this->~heap_buffer();
-        std::free(this);
+        if (bytes <= pool::max_size) {
+            pool::deallocate(this, bytes);
+        } else {
+            std::free(this);
+        }
     }
+
+    size_t _bytes; // the allocation's size, header included
 };
 } // namespace internal
 
