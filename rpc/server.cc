@@ -130,11 +130,18 @@ private:
         for (;;) {
             // Back-pressure: read the next request only when this connection and the server
             // have room for another call and the client is reading its replies.
-            co_await _in_flight.wait(1);
+            // (Each is tested first: the usual case, room everywhere, costs no future.)
+            if (!_in_flight.try_wait(1)) {
+                co_await _in_flight.wait(1);
+            }
             semaphore_units conn_unit(_in_flight, 1);
-            co_await _shared->in_flight.wait(1);
+            if (!_shared->in_flight.try_wait(1)) {
+                co_await _shared->in_flight.wait(1);
+            }
             semaphore_units server_unit(_shared->in_flight, 1);
-            co_await _link->wait_below(opts.max_queued_reply_bytes);
+            if (_link->queued_bytes() >= opts.max_queued_reply_bytes) {
+                co_await _link->wait_below(opts.max_queued_reply_bytes);
+            }
             if (_link->failed() || _shared->stopping) {
                 co_return;
             }
