@@ -15,7 +15,9 @@ logger client_log("rpc-client");
 
 namespace detail {
 
-class client_state : public std::enable_shared_from_this<client_state> {
+/// A client's connection and its calls. It is its link's frame sink: replies are matched to
+/// their calls as the link completes them (over RDMA inside the receive completion).
+class client_state final : public std::enable_shared_from_this<client_state>, private frame_sink {
 public:
     explicit client_state(client_options o)
         : options(o)
@@ -24,7 +26,7 @@ public:
     /// One call waiting for its reply. Slots are reused; the generation in the request id
     /// tells a late reply (after a timeout) from the current call.
     struct slot {
-        promise<frame> reply;
+        pending_call* call = nullptr; // the caller, while busy
         timer<> expiry;
         steady_clock_type::time_point sent; // for the latency histogram
         uint32_t generation = 0;
@@ -42,17 +44,30 @@ public:
     std::optional<promise<>> reader_done;
     std::optional<promise<>> idle; // close()'s wait for the pending calls
     bool reading = false;
+    std::shared_ptr<client_state> reading_hold; // the state lives while its link reads into it
 
     void attach(std::unique_ptr<link> l) {
         conn = std::move(l);
         conn->set_nodelay();
         attached = true;
         reading = true;
-        (void)read_loop();
+        reading_hold = shared_from_this();
+        conn->read_frames_into(*this, options.max_frame_size);
     }
 
-    /// Takes a free slot (the caller holds a unit of `slots_free`); returns its request id.
-    uint64_t take_slot() {
+    ~client_state() {
+        // (Every way out fails the pending calls first; this is for a state dropped without.)
+        for (auto& s : slots) {
+            if (s.call) {
+                std::exchange(s.call, nullptr)
+                    ->fail(std::make_exception_ptr(connection_error("rpc::client destroyed")));
+            }
+        }
+    }
+
+    /// Takes a free slot for `c` (the caller holds a unit of `slots_free`); returns its
+    /// request id.
+    uint64_t take_slot(pending_call* c) {
         uint32_t index;
         if (!free_slots.empty()) {
             index = free_slots.back();
@@ -64,28 +79,39 @@ public:
         }
         auto& s = slots[index];
         s.busy = true;
-        s.reply = promise<frame>();
+        s.call = c;
         ++pending;
         return (uint64_t(s.generation) << 32) | index;
     }
 
-    /// Sends `f` as a call in a new slot (the caller holds a unit of `slots_free`); resolves
-    /// with the reply.
-    future<frame> start_call(outgoing_frame f, steady_clock_type::time_point deadline) {
-        uint64_t id = take_slot();
-        auto& s = slots[uint32_t(id)];
-        if (deadline != steady_clock_type::time_point::max()) {
-            s.expiry.arm(deadline);
+    /// Sends `f` as call `c` in a new slot (the caller holds a unit of `slots_free`); the slot
+    /// resolves `c`.
+    void start_call(outgoing_frame f, steady_clock_type::time_point deadline, pending_call* c) noexcept {
+        uint64_t id;
+        try {
+            id = take_slot(c);
+        } catch (...) {
+            slots_free.signal(1);
+            c->fail(std::current_exception());
+            return;
         }
-        auto reply = s.reply.get_future();
-        f.header.request_id = id;
         auto& cs = local_client_stats();
         ++cs.calls;
         ++cs.in_flight;
-        cs.sent_bytes += f.wire_size();
-        s.sent = steady_clock_type::now();
-        conn->send(std::move(f));
-        return reply;
+        auto& s = slots[uint32_t(id)];
+        try {
+            if (deadline != steady_clock_type::time_point::max()) {
+                s.expiry.arm(deadline);
+            }
+            f.header.request_id = id;
+            cs.sent_bytes += f.wire_size();
+            s.sent = steady_clock_type::now();
+            conn->send(std::move(f));
+        } catch (...) {
+            ++cs.errors;
+            std::exchange(s.call, nullptr)->fail(std::current_exception());
+            release_slot(uint32_t(id));
+        }
     }
 
     /// Frees slot `index` (its promise already resolved).
@@ -118,7 +144,8 @@ public:
             auto& cs = local_client_stats();
             ++cs.errors;
             ++cs.timeouts;
-            s.reply.set_exception(std::make_exception_ptr(timeout_error("rpc call timed out")));
+            std::exchange(s.call, nullptr)
+                ->fail(std::make_exception_ptr(timeout_error("rpc call timed out")));
             release_slot(index);
         }
     }
@@ -134,7 +161,7 @@ public:
         cs.errors += f.header.type != frame_type::response;
         cs.latency.observe(
             std::chrono::duration<double>(steady_clock_type::now() - slots[index].sent).count());
-        slots[index].reply.set_value(std::move(f));
+        std::exchange(slots[index].call, nullptr)->complete(std::move(f));
         release_slot(index);
     }
 
@@ -147,7 +174,7 @@ public:
         for (uint32_t i = 0; i < slots.size(); ++i) {
             if (slots[i].busy) {
                 ++local_client_stats().errors;
-                slots[i].reply.set_exception(down);
+                std::exchange(slots[i].call, nullptr)->fail(down);
                 release_slot(i);
             }
         }
@@ -156,31 +183,36 @@ public:
         }
     }
 
-    future<> read_loop() {
-        auto keep = shared_from_this();
-        std::exception_ptr why;
-        try {
-            for (;;) {
-                std::optional<frame> f = co_await conn->read_frame(options.max_frame_size);
-                if (!f) {
-                    break;
-                }
-                if (f->header.type < frame_type::response) {
-                    throw protocol_error("a client received a request frame");
-                }
-                complete(std::move(*f));
-            }
-        } catch (const protocol_error& e) {
-            client_log.warn("closing connection: {}", e.what());
-            why = std::make_exception_ptr(
-                connection_error(std::string("protocol error from the server: ") + e.what()));
-            conn->abort();
-        } catch (...) {
-            why = std::make_exception_ptr(
-                connection_error(fmt::format("connection lost: {}", std::current_exception())));
+    /// A reply from the link.
+    void on_frame(frame f) override {
+        if (f.header.type < frame_type::response) {
+            throw protocol_error("a client received a request frame");
         }
+        complete(std::move(f));
+    }
+
+    /// The link stopped reading: every pending call fails, in a task of its own (this may run
+    /// inside the link's receive completion).
+    void on_end(std::exception_ptr why) noexcept override {
+        (void)yield().then([this, why = std::move(why)]() mutable { return finish_reading(std::move(why)); });
+    }
+
+    /// After reading ended: fails the calls with why it ended and closes the link.
+    future<> finish_reading(std::exception_ptr why) {
+        std::shared_ptr<client_state> keep = std::move(reading_hold);
         if (!why) {
             why = std::make_exception_ptr(connection_error("connection closed by the server"));
+        } else {
+            try {
+                std::rethrow_exception(why);
+            } catch (const protocol_error& e) {
+                client_log.warn("closing connection: {}", e.what());
+                why = std::make_exception_ptr(
+                    connection_error(std::string("protocol error from the server: ") + e.what()));
+            } catch (...) {
+                why = std::make_exception_ptr(
+                    connection_error(fmt::format("connection lost: {}", std::current_exception())));
+            }
         }
         fail_all(why);
         conn->abort();
@@ -286,43 +318,56 @@ void client::check_reply(const frame& reply) {
 namespace {
 
 /// A call that must wait for a free slot first.
-future<frame> roundtrip_after_slot(std::shared_ptr<detail::client_state> st, outgoing_frame f,
-                                   steady_clock_type::time_point deadline) {
-    if (deadline == steady_clock_type::time_point::max()) {
-        co_await st->slots_free.wait(1);
-    } else {
-        try {
-            co_await st->slots_free.wait(deadline, 1);
-        } catch (const semaphore_timed_out&) {
-            throw timeout_error("rpc call timed out waiting for a free slot");
+future<> roundtrip_after_slot(std::shared_ptr<detail::client_state> st, outgoing_frame f,
+                              steady_clock_type::time_point deadline, detail::pending_call* c) {
+    try {
+        if (deadline == steady_clock_type::time_point::max()) {
+            co_await st->slots_free.wait(1);
+        } else {
+            try {
+                co_await st->slots_free.wait(deadline, 1);
+            } catch (const semaphore_timed_out&) {
+                throw timeout_error("rpc call timed out waiting for a free slot");
+            }
         }
+    } catch (...) {
+        c->fail(std::current_exception());
+        co_return;
     }
     if (st->down) {
         st->slots_free.signal(1);
-        std::rethrow_exception(st->down);
+        c->fail(st->down);
+        co_return;
     }
-    co_return co_await st->start_call(std::move(f), deadline);
+    st->start_call(std::move(f), deadline, c);
 }
 
 } // namespace
 
-future<frame> client::roundtrip(outgoing_frame f, steady_clock_type::time_point deadline) {
+void client::roundtrip(outgoing_frame f, steady_clock_type::time_point deadline,
+                       detail::pending_call* c) noexcept {
     auto& st = *_state;
-    if (!st.attached) {
-        return make_exception_future<frame>(connection_error("rpc::client is not connected"));
+    try {
+        if (!st.attached) {
+            throw connection_error("rpc::client is not connected");
+        }
+        if (f.header.body_size() > st.options.max_frame_size) {
+            throw protocol_error("call of " + std::to_string(f.header.body_size()) +
+                                 " bytes over the frame size limit");
+        }
+        if (st.down) {
+            std::rethrow_exception(st.down);
+        }
+        // The common case, a free slot, allocates no coroutine.
+        if (!st.slots_free.try_wait(1)) {
+            (void)roundtrip_after_slot(_state, std::move(f), deadline, c);
+            return;
+        }
+    } catch (...) {
+        c->fail(std::current_exception()); // (or no memory for the coroutine)
+        return;
     }
-    if (f.header.body_size() > st.options.max_frame_size) {
-        return make_exception_future<frame>(protocol_error("call of " + std::to_string(f.header.body_size()) +
-                                                           " bytes over the frame size limit"));
-    }
-    if (st.down) {
-        return make_exception_future<frame>(st.down);
-    }
-    // The common case, a free slot, allocates no coroutine.
-    if (st.slots_free.try_wait(1)) {
-        return st.start_call(std::move(f), deadline);
-    }
-    return roundtrip_after_slot(_state, std::move(f), deadline);
+    st.start_call(std::move(f), deadline, c);
 }
 
 future<> client::send_one_way(outgoing_frame f) {

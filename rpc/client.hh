@@ -3,6 +3,7 @@
 #include "core/clock.hh"
 #include "core/future.hh"
 #include "core/semaphore.hh"
+#include "core/small_pool.hh"
 #include "core/timer.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
@@ -67,8 +68,21 @@ decltype(auto) as_wire(const A& a) {
     }
 }
 
-/// The state of a client connection, shared with its reader loop and timers.
+/// The state of a client connection, shared with its link and timers.
 class client_state;
+
+/// A call waiting for its reply. Its slot resolves it exactly once, with the reply or an error;
+/// it then frees itself.
+class pending_call {
+public:
+    /// The reply arrived: decodes it and resolves the caller's future.
+    virtual void complete(frame reply) noexcept = 0;
+    /// The call failed (timeout, connection down, client closed).
+    virtual void fail(std::exception_ptr why) noexcept = 0;
+
+protected:
+    ~pending_call() = default;
+};
 
 } // namespace detail
 
@@ -155,10 +169,45 @@ private:
         } catch (...) {
             return make_exception_future<R>(std::current_exception());
         }
-        return roundtrip(std::move(f), deadline).then([](frame reply) {
-            return decode_reply<R>(std::move(reply));
-        });
+        typed_call<R>* c;
+        try {
+            c = new typed_call<R>();
+        } catch (...) {
+            return make_exception_future<R>(std::current_exception());
+        }
+        future<R> result = c->get_future();
+        roundtrip(std::move(f), deadline, c);
+        return result;
     }
+
+    /// A call whose reply decodes to `R`: the reply is decoded where it arrives and resolves
+    /// the caller at once (no continuation, no task of its own in between).
+    template <typename R>
+    class typed_call final : public detail::pending_call {
+    public:
+        SHOAL_SMALL_POOL_ALLOCATED
+        future<R> get_future() noexcept { return _result.get_future(); }
+        void complete(frame reply) noexcept override {
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    decode_reply<R>(std::move(reply));
+                    _result.set_value();
+                } else {
+                    _result.set_value(decode_reply<R>(std::move(reply)));
+                }
+            } catch (...) {
+                _result.set_exception(std::current_exception());
+            }
+            delete this;
+        }
+        void fail(std::exception_ptr why) noexcept override {
+            _result.set_exception(std::move(why));
+            delete this;
+        }
+
+    private:
+        promise<R> _result;
+    };
 
     template <typename R>
     static R decode_reply(frame reply) {
@@ -178,7 +227,9 @@ private:
     /// Throws the error a non-response reply carries.
     static void check_reply(const frame& reply);
     steady_clock_type::time_point default_deadline() const noexcept;
-    future<frame> roundtrip(outgoing_frame f, steady_clock_type::time_point deadline);
+    /// Sends `f` as a call and has `c` resolved with its reply or error (always, once).
+    void roundtrip(outgoing_frame f, steady_clock_type::time_point deadline,
+                   detail::pending_call* c) noexcept;
     future<> send_one_way(outgoing_frame f);
 
     net::transport _transport;

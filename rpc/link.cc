@@ -1,9 +1,28 @@
 // The stream link: frames back to back on a connected_socket (TCP, or an RDMA stream).
 #include "rpc/link.hh"
 
+#include "core/coroutine.hh"
+
 namespace shoal::rpc {
 
 namespace {
+
+/// `link::read_frames_into`'s default: a loop over `read_frame`. Touches neither after `on_end`.
+future<> read_frames_loop(link& l, frame_sink& sink, size_t max_frame) {
+    std::exception_ptr why;
+    try {
+        for (;;) {
+            std::optional<frame> f = co_await l.read_frame(max_frame);
+            if (!f) {
+                break;
+            }
+            sink.on_frame(std::move(*f));
+        }
+    } catch (...) {
+        why = std::current_exception();
+    }
+    sink.on_end(why);
+}
 
 class stream_link_impl final : public link {
 public:
@@ -43,6 +62,10 @@ private:
 };
 
 } // namespace
+
+void link::read_frames_into(frame_sink& sink, size_t max_frame) {
+    (void)read_frames_loop(*this, sink, max_frame);
+}
 
 std::unique_ptr<link> stream_link(net::connected_socket s) {
     return std::make_unique<stream_link_impl>(std::move(s));

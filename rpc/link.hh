@@ -17,14 +17,37 @@
 
 namespace shoal::rpc {
 
+/// Takes a link's frames as they complete (`link::read_frames_into`), instead of a reader
+/// that asks for each one.
+class frame_sink {
+public:
+    /// A complete frame. A throw (e.g. protocol_error for a frame of the wrong type) ends
+    /// reading: `on_end` follows with that error.
+    virtual void on_frame(frame f) = 0;
+    /// Reading ended, once, and no frame follows: `why` is null at a clean end (or after
+    /// `shutdown_input`), else the error (protocol_error on a malformed or oversized frame, or
+    /// the transport's). May run inside the link's own work: do not abort or destroy the link
+    /// from here, hand that to a task.
+    virtual void on_end(std::exception_ptr why) noexcept = 0;
+
+protected:
+    ~frame_sink() = default;
+};
+
 /// One RPC connection's frames. One reader at a time (wait for each `read_frame` before the
-/// next); `send` may be called any time and never blocks (use `wait_below` for back-pressure).
+/// next, or hand every frame to a sink); `send` may be called any time and never blocks (use
+/// `wait_below` for back-pressure).
 class link {
 public:
     virtual ~link() = default;
     /// The next frame; nullopt at a clean end (or after `shutdown_input`). Fails with
     /// protocol_error on a malformed or oversized frame, or with the transport's error.
     virtual future<std::optional<frame>> read_frame(size_t max_frame) = 0;
+    /// From now on hands every frame to `sink` as it completes, up to its `on_end`; no
+    /// `read_frame` after this. Over RDMA the receive completion hands the frame over (no
+    /// future, no task); the default reads with `read_frame` in a loop. The link and `sink`
+    /// must live until `on_end` has been called.
+    virtual void read_frames_into(frame_sink& sink, size_t max_frame);
     /// Queues `f` (its header complete but for the encoding) and starts sending; dropped once
     /// the link failed or is closed.
     virtual void send(outgoing_frame f) = 0;

@@ -88,12 +88,30 @@ public:
         return result;
     }
 
+    /// Every frame to `sink` from now on, handed over where it completes (`deliver`).
+    void read_frames_into(frame_sink& sink, size_t max_frame) {
+        _max_frame = max_frame;
+        _sink = &sink;
+        _sink_mode = true;
+        if (_rx_error) {
+            end_sink(_rx_error);
+        } else if (_input_shut || (_rx_eof && _bodies_in_flight == 0)) {
+            end_sink(nullptr);
+        } else {
+            pump();
+        }
+    }
+
+    /// The link's owner is going: its sink hears nothing more.
+    void drop_sink() noexcept { _sink = nullptr; }
+
     void shutdown_input() noexcept {
         _input_shut = true;
         _ready.clear();
         if (_reader) {
             std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
         }
+        end_sink(nullptr);
     }
 
     // --- sending
@@ -180,7 +198,7 @@ private:
         _pumping = true;
         do {
             _pump_again = false;
-            if (_receiving || !_reader || _input_shut || _rx_eof || _rx_error) {
+            if (_receiving || (!_reader && !_sink) || _input_shut || _rx_eof || _rx_error) {
                 break;
             }
             if (_bodies_in_flight > 0 && (_reads_posted >= _max_reads || _bytes_in_flight >= _read_budget)) {
@@ -227,10 +245,21 @@ private:
         }
     }
 
-    /// A complete frame: to the waiting reader, else queued for the next read_frame.
+    /// A complete frame: to the sink, else to the waiting reader, else queued for the next
+    /// read_frame.
     void deliver(frame f) {
         if (_input_shut) {
             return; // input was shut while it was on its way: dropped
+        }
+        if (_sink_mode) {
+            if (_sink) {
+                try {
+                    _sink->on_frame(std::move(f));
+                } catch (...) {
+                    fail(std::current_exception());
+                }
+            }
+            return; // (after the sink's end: dropped)
         }
         if (_reader) {
             std::exchange(_reader, std::nullopt)->set_value(std::move(f));
@@ -248,12 +277,23 @@ private:
         if (_reader && _ready.empty()) {
             std::exchange(_reader, std::nullopt)->set_exception(_rx_error);
         }
+        end_sink(_rx_error);
+    }
+
+    /// Tells the sink (if any, once) that reading ended.
+    void end_sink(std::exception_ptr why) noexcept {
+        if (frame_sink* sink = std::exchange(_sink, nullptr)) {
+            sink->on_end(std::move(why));
+        }
     }
 
     /// End of input: reported once no body is being READ.
     void maybe_end() noexcept {
         if (_rx_eof && _bodies_in_flight == 0 && _reader && _ready.empty()) {
             std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
+        }
+        if (_rx_eof && _bodies_in_flight == 0) {
+            end_sink(nullptr);
         }
     }
 
@@ -739,6 +779,8 @@ private:
     size_t _threshold;
     // receiving
     std::optional<promise<std::optional<frame>>> _reader;
+    frame_sink* _sink = nullptr; // takes every frame (`read_frames_into`) until its end
+    bool _sink_mode = false;     // frames go to the sink (and are dropped after its end)
     bool _input_shut = false;
     // sending
     std::deque<outgoing_frame> _queue;
@@ -781,9 +823,15 @@ class rdma_link_impl final : public link {
 public:
     explicit rdma_link_impl(std::shared_ptr<link_state> s) noexcept
         : _s(std::move(s)) {}
-    ~rdma_link_impl() override { _s->abort(); }
+    ~rdma_link_impl() override {
+        _s->drop_sink();
+        _s->abort();
+    }
 
     future<std::optional<frame>> read_frame(size_t max_frame) override { return _s->read_frame(max_frame); }
+    void read_frames_into(frame_sink& sink, size_t max_frame) override {
+        _s->read_frames_into(sink, max_frame);
+    }
     void send(outgoing_frame f) override { _s->send(std::move(f)); }
     size_t queued_bytes() const noexcept override { return _s->queued_bytes(); }
     future<> wait_below(size_t limit) override { return _s->wait_below(limit); }
