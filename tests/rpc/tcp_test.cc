@@ -111,4 +111,77 @@ TEST(rpc_client, calls_without_a_connection_fail_cleanly) {
               0);
 }
 
+/// What a hostile server answers a call with.
+struct hostile_answer {
+    const char* name;
+    std::function<net::temporary_buffer()> reply; // null: hang up instead
+    const char* error;                            // in the call's error
+};
+
+/// The hostile server: reads one whole request, then answers as `a` says and hangs up.
+future<> answer_once(net::server_socket& listener, const hostile_answer& a) {
+    net::accept_result r = co_await listener.accept();
+    net::connected_socket s = std::move(r.connection);
+    net::input_stream in = s.input();
+    net::output_stream out = s.output();
+    net::temporary_buffer head = co_await in.read_exactly(rpc::frame_header::size);
+    auto h = rpc::frame_header::decode(head.get(), 1 << 20);
+    (void)co_await in.read_exactly(h.body_size());
+    if (a.reply) {
+        co_await out.write(a.reply());
+        co_await out.flush();
+    }
+    co_await out.close();
+}
+
+/// A client's calls against a server that answers `a`.
+future<> call_a_hostile_server(const hostile_answer& a) {
+    auto tcp = net::make_transport("tcp");
+    net::server_socket listener = tcp.listen(net::socket_address::parse("127.0.0.1:0"), {});
+    future<> served = answer_once(listener, a);
+    rpc::client c(tcp);
+    co_await c.connect(listener.local_address());
+    try {
+        (void)co_await c.call<&add>(1, 2);
+        ADD_FAILURE() << "the call succeeded";
+    } catch (const rpc::connection_error& e) {
+        EXPECT_NE(std::string(e.what()).find(a.error), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(c.connected());
+    try {
+        (void)co_await with_timeout(steady_clock_type::now() + 5s, c.call<&add>(3, 4));
+        ADD_FAILURE() << "a later call succeeded";
+    } catch (const rpc::connection_error&) {
+    }
+    EXPECT_EQ(c.in_flight(), 0u);
+    co_await c.close();
+    co_await std::move(served);
+    listener.abort_accept();
+}
+
+/// A server that answers a call with a frame no client may get (a request), with bytes that are
+/// not a frame, or that hangs up: the pending call fails with a connection_error that says
+/// which, and so does every later call, at once.
+TEST(rpc_client, a_hostile_server_fails_calls_with_a_clear_error) {
+    const std::vector<hostile_answer> answers = {
+        {"a request frame",
+         [] {
+             auto f = rpc::make_frame(rpc::frame_type::request, int32_t(7));
+             f.header.verb = rpc::verb_id<&add>;
+             f.header.signature = rpc::signature_hash<&add>;
+             f.header.encode(f.head.get_write());
+             return std::move(f.head);
+         },
+         "protocol error from the server: a client received a request frame"},
+        {"bytes that are not a frame",
+         [] { return net::temporary_buffer::copy_of(std::string(rpc::frame_header::size, 'x')); },
+         "protocol error from the server"},
+        {"a hang-up", nullptr, "connection closed by the server"},
+    };
+    for (const hostile_answer& a : answers) {
+        SCOPED_TRACE(a.name);
+        EXPECT_EQ(shoal::testing::run_in_shard([&a] { return call_a_hostile_server(a); }), 0);
+    }
+}
+
 } // namespace
