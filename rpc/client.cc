@@ -86,7 +86,7 @@ public:
 
     /// Sends `f` as call `c` in a new slot (the caller holds a unit of `slots_free`); the slot
     /// resolves `c`.
-    void start_call(outgoing_frame f, steady_clock_type::time_point deadline, pending_call* c) noexcept {
+    void start_call(outgoing_frame&& f, steady_clock_type::time_point deadline, pending_call* c) noexcept {
         uint64_t id;
         try {
             id = take_slot(c);
@@ -150,7 +150,7 @@ public:
         }
     }
 
-    void complete(frame f) {
+    void complete(frame&& f) {
         uint64_t id = f.header.request_id;
         uint32_t index = uint32_t(id);
         if (index >= slots.size() || !slots[index].busy || slots[index].generation != uint32_t(id >> 32)) {
@@ -184,7 +184,7 @@ public:
     }
 
     /// A reply from the link.
-    void on_frame(frame f) override {
+    void on_frame(frame&& f) override {
         if (f.header.type < frame_type::response) {
             throw protocol_error("a client received a request frame");
         }
@@ -344,7 +344,7 @@ future<> roundtrip_after_slot(std::shared_ptr<detail::client_state> st, outgoing
 
 } // namespace
 
-void client::roundtrip(outgoing_frame f, steady_clock_type::time_point deadline,
+void client::roundtrip(outgoing_frame&& f, steady_clock_type::time_point deadline,
                        detail::pending_call* c) noexcept {
     auto& st = *_state;
     try {

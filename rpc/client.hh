@@ -76,7 +76,7 @@ class client_state;
 class pending_call {
 public:
     /// The reply arrived: decodes it and resolves the caller's future.
-    virtual void complete(frame reply) noexcept = 0;
+    virtual void complete(frame&& reply) noexcept = 0;
     /// The call failed (timeout, connection down, client closed).
     virtual void fail(std::exception_ptr why) noexcept = 0;
 
@@ -163,21 +163,15 @@ private:
     template <auto F, typename... A>
     future<call_result_t<F>> call_until(steady_clock_type::time_point deadline, A&&... args) {
         using R = call_result_t<F>;
-        outgoing_frame f;
         try {
-            f = build<F>(frame_type::request, args...);
+            outgoing_frame f = build<F>(frame_type::request, args...);
+            auto* c = new typed_call<R>();
+            future<R> result = c->get_future();
+            roundtrip(std::move(f), deadline, c); // (noexcept: it resolves `c`, once)
+            return result;
         } catch (...) {
             return make_exception_future<R>(std::current_exception());
         }
-        typed_call<R>* c;
-        try {
-            c = new typed_call<R>();
-        } catch (...) {
-            return make_exception_future<R>(std::current_exception());
-        }
-        future<R> result = c->get_future();
-        roundtrip(std::move(f), deadline, c);
-        return result;
     }
 
     /// A call whose reply decodes to `R`: the reply is decoded where it arrives and resolves
@@ -187,13 +181,13 @@ private:
     public:
         SHOAL_SMALL_POOL_ALLOCATED
         future<R> get_future() noexcept { return _result.get_future(); }
-        void complete(frame reply) noexcept override {
+        void complete(frame&& reply) noexcept override {
             try {
                 if constexpr (std::is_void_v<R>) {
-                    decode_reply<R>(std::move(reply));
+                    decode_reply<R>(reply);
                     _result.set_value();
                 } else {
-                    _result.set_value(decode_reply<R>(std::move(reply)));
+                    _result.set_value(decode_reply<R>(reply));
                 }
             } catch (...) {
                 _result.set_exception(std::current_exception());
@@ -210,7 +204,7 @@ private:
     };
 
     template <typename R>
-    static R decode_reply(frame reply) {
+    static R decode_reply(frame& reply) {
         check_reply(reply);
         if constexpr (std::is_void_v<R>) {
             return;
@@ -228,7 +222,7 @@ private:
     static void check_reply(const frame& reply);
     steady_clock_type::time_point default_deadline() const noexcept;
     /// Sends `f` as a call and has `c` resolved with its reply or error (always, once).
-    void roundtrip(outgoing_frame f, steady_clock_type::time_point deadline,
+    void roundtrip(outgoing_frame&& f, steady_clock_type::time_point deadline,
                    detail::pending_call* c) noexcept;
     future<> send_one_way(outgoing_frame f);
 

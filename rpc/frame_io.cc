@@ -58,7 +58,7 @@ future<std::optional<frame>> read_frame(net::input_stream& in, size_t max_frame)
     });
 }
 
-void frame_writer::send(outgoing_frame f) {
+void frame_writer::send(outgoing_frame&& f) {
     if (_error || _closed) {
         return;
     }

@@ -77,7 +77,7 @@ public:
 
     /// Queues `f` (encoding its header) and starts writing if idle. Dropped when the writer has
     /// failed or is closed (see `failed()`).
-    void send(outgoing_frame f);
+    void send(outgoing_frame&& f);
     /// Bytes queued and not yet handed to the stream.
     size_t queued_bytes() const noexcept { return _queued_bytes; }
     /// Resolves once fewer than `limit` bytes are queued (or the writer failed).

@@ -37,7 +37,7 @@ public:
         }
         return rpc::read_frame(_in, max_frame);
     }
-    void send(outgoing_frame f) override { _writer.send(std::move(f)); }
+    void send(outgoing_frame&& f) override { _writer.send(std::move(f)); }
     size_t queued_bytes() const noexcept override { return _writer.queued_bytes(); }
     future<> wait_below(size_t limit) override { return _writer.wait_below(limit); }
     std::exception_ptr failed() const noexcept override { return _writer.failed(); }

@@ -23,7 +23,7 @@ class frame_sink {
 public:
     /// A complete frame. A throw (e.g. protocol_error for a frame of the wrong type) ends
     /// reading: `on_end` follows with that error.
-    virtual void on_frame(frame f) = 0;
+    virtual void on_frame(frame&& f) = 0;
     /// Reading ended, once, and no frame follows: `why` is null at a clean end (or after
     /// `shutdown_input`), else the error (protocol_error on a malformed or oversized frame, or
     /// the transport's). May run inside the link's own work: do not abort or destroy the link
@@ -50,7 +50,7 @@ public:
     virtual void read_frames_into(frame_sink& sink, size_t max_frame);
     /// Queues `f` (its header complete but for the encoding) and starts sending; dropped once
     /// the link failed or is closed.
-    virtual void send(outgoing_frame f) = 0;
+    virtual void send(outgoing_frame&& f) = 0;
     /// Bytes of frames queued, or sent but still held for the peer (RDMA READ of a body).
     virtual size_t queued_bytes() const noexcept = 0;
     /// Resolves once fewer than `limit` bytes are queued or held (or the link failed).

@@ -116,7 +116,7 @@ public:
 
     // --- sending
 
-    void send(outgoing_frame f) {
+    void send(outgoing_frame&& f) {
         if (_error || _closed) {
             return;
         }
@@ -832,7 +832,7 @@ public:
     void read_frames_into(frame_sink& sink, size_t max_frame) override {
         _s->read_frames_into(sink, max_frame);
     }
-    void send(outgoing_frame f) override { _s->send(std::move(f)); }
+    void send(outgoing_frame&& f) override { _s->send(std::move(f)); }
     size_t queued_bytes() const noexcept override { return _s->queued_bytes(); }
     future<> wait_below(size_t limit) override { return _s->wait_below(limit); }
     std::exception_ptr failed() const noexcept override { return _s->failed(); }

@@ -213,7 +213,7 @@ private:
         }
     }
 
-    void send(outgoing_frame f, uint64_t id) {
+    void send(outgoing_frame&& f, uint64_t id) {
         f.header.request_id = id;
         if (f.header.payload_size + size_t(f.header.attachment_size) > _shared->options.max_frame_size) {
             auto err = make_frame(frame_type::error, std::string("rpc::protocol_error"),
