@@ -48,6 +48,13 @@ public:
     /// future, no task); the default reads with `read_frame` in a loop. The link and `sink`
     /// must live until `on_end` has been called.
     virtual void read_frames_into(frame_sink& sink, size_t max_frame);
+    /// With a sink: hands it no frame until `resume_reading()` (back-pressure). Frames that
+    /// complete meanwhile wait in the link, which takes no more from the transport; the end of
+    /// reading after an error or `shutdown_input()` still reaches the sink at once, a clean end
+    /// once the waiting frames were handed over.
+    virtual void pause_reading() noexcept;
+    /// Hands the sink the frames that waited, then reads on.
+    virtual void resume_reading() noexcept;
     /// Queues `f` (its header complete but for the encoding) and starts sending; dropped once
     /// the link failed or is closed.
     virtual void send(outgoing_frame&& f) = 0;
@@ -69,6 +76,13 @@ public:
     virtual void set_nodelay() = 0;
     /// The other end's address.
     virtual net::socket_address peer_address() const = 0;
+
+private:
+    /// The default `read_frames_into`: a loop over `read_frame` that waits while paused.
+    static future<> read_frames_loop(link& l, frame_sink& sink, size_t max_frame);
+
+    bool _reading_paused = false;              // (default sink loop) paused
+    std::optional<promise<>> _reading_resumed; // (default sink loop) its wait for `resume`
 };
 
 /// Frames on a byte stream: read with `read_frame`, written by a `frame_writer` that flushes

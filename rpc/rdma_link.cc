@@ -105,6 +105,26 @@ public:
     /// The link's owner is going: its sink hears nothing more.
     void drop_sink() noexcept { _sink = nullptr; }
 
+    /// No frame to the sink until `resume_reading`; no message is taken meanwhile.
+    void pause_reading() noexcept { _sink_paused = true; }
+
+    /// Hands the sink the frames that completed while it was paused, then reads on.
+    void resume_reading() noexcept {
+        if (!_sink_paused) {
+            return;
+        }
+        _sink_paused = false;
+        while (_sink && !_sink_paused && !_ready.empty()) {
+            frame f = std::move(_ready.front());
+            _ready.pop_front();
+            hand_to_sink(std::move(f));
+        }
+        if (!_sink_paused) {
+            maybe_end();
+            pump();
+        }
+    }
+
     void shutdown_input() noexcept {
         _input_shut = true;
         _ready.clear();
@@ -198,7 +218,7 @@ private:
         _pumping = true;
         do {
             _pump_again = false;
-            if (_receiving || (!_reader && !_sink) || _input_shut || _rx_eof || _rx_error) {
+            if (_receiving || (!_reader && (!_sink || _sink_paused)) || _input_shut || _rx_eof || _rx_error) {
                 break;
             }
             if (_bodies_in_flight > 0 && (_reads_posted >= _max_reads || _bytes_in_flight >= _read_budget)) {
@@ -252,14 +272,12 @@ private:
             return; // input was shut while it was on its way: dropped
         }
         if (_sink_mode) {
-            if (_sink) {
-                try {
-                    _sink->on_frame(std::move(f));
-                } catch (...) {
-                    fail(std::current_exception());
-                }
+            if (_sink_paused) {
+                _ready.push_back(std::move(f)); // (in order: nothing is handed over while paused)
+            } else {
+                hand_to_sink(std::move(f)); // (after the sink's end: dropped)
             }
-            return; // (after the sink's end: dropped)
+            return;
         }
         if (_reader) {
             std::exchange(_reader, std::nullopt)->set_value(std::move(f));
@@ -280,6 +298,18 @@ private:
         end_sink(_rx_error);
     }
 
+    /// `f` to the sink; its throw ends reading with that error.
+    void hand_to_sink(frame f) noexcept {
+        if (!_sink) {
+            return;
+        }
+        try {
+            _sink->on_frame(std::move(f));
+        } catch (...) {
+            fail(std::current_exception());
+        }
+    }
+
     /// Tells the sink (if any, once) that reading ended.
     void end_sink(std::exception_ptr why) noexcept {
         if (frame_sink* sink = std::exchange(_sink, nullptr)) {
@@ -292,7 +322,7 @@ private:
         if (_rx_eof && _bodies_in_flight == 0 && _reader && _ready.empty()) {
             std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
         }
-        if (_rx_eof && _bodies_in_flight == 0) {
+        if (_rx_eof && _bodies_in_flight == 0 && !_sink_paused && _ready.empty()) {
             end_sink(nullptr);
         }
     }
@@ -781,6 +811,7 @@ private:
     std::optional<promise<std::optional<frame>>> _reader;
     frame_sink* _sink = nullptr; // takes every frame (`read_frames_into`) until its end
     bool _sink_mode = false;     // frames go to the sink (and are dropped after its end)
+    bool _sink_paused = false;   // ... but wait in `_ready` until `resume_reading`
     bool _input_shut = false;
     // sending
     std::deque<outgoing_frame> _queue;
@@ -832,6 +863,8 @@ public:
     void read_frames_into(frame_sink& sink, size_t max_frame) override {
         _s->read_frames_into(sink, max_frame);
     }
+    void pause_reading() noexcept override { _s->pause_reading(); }
+    void resume_reading() noexcept override { _s->resume_reading(); }
     void send(outgoing_frame&& f) override { _s->send(std::move(f)); }
     size_t queued_bytes() const noexcept override { return _s->queued_bytes(); }
     future<> wait_below(size_t limit) override { return _s->wait_below(limit); }

@@ -55,7 +55,9 @@ struct server_shared {
 };
 
 /// One client connection: reads frames while the limits allow, runs each call, queues replies.
-class server_connection : public std::enable_shared_from_this<server_connection> {
+/// It is its link's frame sink: a request is dispatched as the link completes it (over RDMA
+/// inside the receive completion), and the link is paused while a limit has no room.
+class server_connection final : public std::enable_shared_from_this<server_connection>, private frame_sink {
 public:
     /// `tracked`: the connection's socket is in the server's net::server_connections (which
     /// shuts its input and counts its abort); false for RDMA message links.
@@ -71,7 +73,7 @@ public:
         auto keep = shared_from_this();
         ++_shared->stats.connections_open;
         try {
-            co_await read_loop();
+            co_await read_requests();
         } catch (const protocol_error& e) {
             ++_shared->stats.protocol_errors;
             rpc_log.warn("closing connection from {}: {}", peer(), e.what());
@@ -97,6 +99,7 @@ public:
 
     /// Stop reading requests (the running calls still reply); the tracker shuts input down.
     void stop_reading() noexcept {
+        _stopped = true;
         _in_flight.broken();
         if (!_tracked) {
             _link->shutdown_input();
@@ -108,6 +111,7 @@ public:
             ++_shared->links_aborted;
         }
         _aborted = true;
+        _stopped = true;
         _link->abort();
         _link->abort_output(std::make_exception_ptr(connection_error("server stopped")));
         _in_flight.broken();
@@ -125,31 +129,109 @@ private:
         }
     }
 
-    future<> read_loop() {
-        auto& opts = _shared->options;
-        for (;;) {
-            // Back-pressure: read the next request only when this connection and the server
-            // have room for another call and the client is reading its replies.
-            // (Each is tested first: the usual case, room everywhere, costs no future.)
+    /// Reads requests until the link's end (clean, an error, or input shut at stop).
+    /// Back-pressure: a request is taken only when this connection and the server have room for
+    /// another call and the client reads its replies; the units for the next request are
+    /// reserved before the link may hand it over, and the link is paused while they are not.
+    future<> read_requests() {
+        _reading_ended.emplace();
+        future<> ended = _reading_ended->get_future();
+        const bool room = reserve_now();
+        if (!room) {
+            _link->pause_reading();
+        }
+        _link->read_frames_into(*this, _shared->options.max_frame_size);
+        if (!room) {
+            (void)wait_for_room();
+        }
+        return ended;
+    }
+
+    /// Reserves the next request's units and checks the reply queue, without waiting; false
+    /// when something has no room (what could be reserved stays reserved).
+    bool reserve_now() noexcept {
+        if (_stopped || _link->failed() || _shared->stopping) {
+            return false;
+        }
+        if (!_next_conn_unit.count()) {
             if (!_in_flight.try_wait(1)) {
-                co_await _in_flight.wait(1);
+                return false;
             }
-            semaphore_units conn_unit(_in_flight, 1);
+            _next_conn_unit = semaphore_units(_in_flight, 1);
+        }
+        if (!_next_server_unit.count()) {
             if (!_shared->in_flight.try_wait(1)) {
-                co_await _shared->in_flight.wait(1);
+                return false;
             }
-            semaphore_units server_unit(_shared->in_flight, 1);
-            if (_link->queued_bytes() >= opts.max_queued_reply_bytes) {
-                co_await _link->wait_below(opts.max_queued_reply_bytes);
+            _next_server_unit = semaphore_units(_shared->in_flight, 1);
+        }
+        return _link->queued_bytes() < _shared->options.max_queued_reply_bytes;
+    }
+
+    /// The link is paused: waits for room, then resumes it. When reading is to stop instead
+    /// (stop, a failed link), the link's input is shut and it reads on to its end.
+    future<> wait_for_room() {
+        auto keep = shared_from_this();
+        const size_t limit = _shared->options.max_queued_reply_bytes;
+        try {
+            while (!reserve_now()) {
+                if (_stopped || _link->failed() || _shared->stopping) {
+                    throw connection_error("stopped reading");
+                }
+                if (!_next_conn_unit.count()) {
+                    co_await _in_flight.wait(1);
+                    _next_conn_unit = semaphore_units(_in_flight, 1);
+                } else if (!_next_server_unit.count()) {
+                    co_await _shared->in_flight.wait(1);
+                    _next_server_unit = semaphore_units(_shared->in_flight, 1);
+                } else {
+                    co_await _link->wait_below(limit);
+                }
             }
-            if (_link->failed() || _shared->stopping) {
-                co_return;
+        } catch (...) {
+            stop_taking_requests();
+            co_return;
+        }
+        if (_reading_ended) {
+            _link->resume_reading();
+        }
+    }
+
+    /// No more requests are dispatched: the input is shut, and the link (resumed) reads on to
+    /// its end, which ends `read_requests`.
+    void stop_taking_requests() noexcept {
+        _stopped = true;
+        _next_conn_unit.return_all();
+        _next_server_unit.return_all();
+        if (_reading_ended) {
+            _link->shutdown_input();
+            _link->resume_reading();
+        }
+    }
+
+    /// A request from the link (its units were reserved before the link could hand it over).
+    void on_frame(frame&& f) override {
+        if (_stopped) {
+            return; // reading is stopping: dropped, as an unread request was before
+        }
+        dispatch(std::move(f), std::move(_next_conn_unit), std::move(_next_server_unit));
+        if (!reserve_now()) {
+            _link->pause_reading();
+            (void)wait_for_room();
+        }
+    }
+
+    /// The link's reading ended: `read_requests` resolves (or fails) with why.
+    void on_end(std::exception_ptr why) noexcept override {
+        _stopped = true;
+        _next_conn_unit.return_all();
+        _next_server_unit.return_all();
+        if (auto done = std::exchange(_reading_ended, std::nullopt)) {
+            if (why) {
+                done->set_exception(std::move(why));
+            } else {
+                done->set_value();
             }
-            std::optional<frame> f = co_await _link->read_frame(opts.max_frame_size);
-            if (!f) {
-                co_return;
-            }
-            dispatch(std::move(*f), std::move(conn_unit), std::move(server_unit));
         }
     }
 
@@ -232,7 +314,11 @@ private:
     bool _tracked;
     bool _finished = false;
     bool _aborted = false;
+    bool _stopped = false; // no more requests are taken (stop, abort, the link's end)
     unsigned _running = 0;
+    semaphore_units _next_conn_unit;         // reserved for the next request
+    semaphore_units _next_server_unit;       // reserved for the next request
+    std::optional<promise<>> _reading_ended; // resolved by `on_end`
     std::optional<promise<>> _all_done;
 };
 
