@@ -497,5 +497,8 @@ TEST(rpc_rdma, frame_size_limits) {
 TEST(rpc_rdma, sharded_server_serves_every_shard) {
     run_case("sharded_server_serves_every_shard", 2);
 }
+TEST(rpc_rdma, in_flight_limits_hold_calls_back) {
+    run_case("in_flight_limits_hold_calls_back");
+}
 
 } // namespace

@@ -656,6 +656,58 @@ inline future<> sharded_server_serves_every_shard(rpc_env& env) {
     co_await servers.stop();
 }
 
+/// The per-connection and per-server in-flight limits: requests past them wait unread (the
+/// server pauses the connection) and start as running calls finish; none is lost, and no more
+/// run at once than the limits allow.
+inline future<> in_flight_limits_hold_calls_back(rpc_env& env) {
+    rpc::server_options so;
+    so.max_in_flight_per_connection = 4;
+    so.max_in_flight = 6;
+    fixture fx(env, so);
+    rpc::client second(env.transport);
+    co_await fx.client.connect(fx.address);
+    co_await second.connect(fx.address);
+    std::vector<future<int>> calls;
+    for (int i = 0; i < 10; ++i) {
+        calls.push_back(fx.client.call<&gatekeeper::wait_here>(i));
+    }
+    EXPECT_TRUE(co_await eventually([&] { return fx.keeper.waiting.size() == 4; }))
+        << fx.keeper.waiting.size() << " calls of one connection run";
+    co_await sleep(50ms); // (time for a fifth to start if the limit did not hold)
+    EXPECT_EQ(fx.keeper.waiting.size(), 4u) << "the per-connection limit (4) did not hold";
+    for (int i = 0; i < 10; ++i) {
+        calls.push_back(second.call<&gatekeeper::wait_here>(100 + i));
+    }
+    EXPECT_TRUE(co_await eventually([&] { return fx.keeper.waiting.size() == 6; }))
+        << fx.keeper.waiting.size() << " calls of two connections run";
+    co_await sleep(50ms);
+    EXPECT_EQ(fx.keeper.waiting.size(), 6u) << "the server's limit (6) did not hold";
+    EXPECT_EQ(fx.server.stats().calls, 6u);
+    // Release whatever runs, round by round, until every call has its reply.
+    auto all_replied = [&] {
+        for (auto& c : calls) {
+            if (!c.available()) {
+                return false;
+            }
+        }
+        return true;
+    };
+    size_t most = 0;
+    for (int round = 0; round < 40 && !all_replied(); ++round) {
+        fx.keeper.release();
+        (void)co_await eventually([&] { return all_replied() || !fx.keeper.waiting.empty(); });
+        most = std::max(most, fx.keeper.waiting.size());
+    }
+    EXPECT_TRUE(all_replied()) << "calls held back were never served";
+    EXPECT_LE(most, 6u);
+    for (int i = 0; i < 20; ++i) {
+        EXPECT_EQ(co_await std::move(calls[i]), i < 10 ? i : 100 + (i - 10));
+    }
+    EXPECT_EQ(fx.server.stats().calls, 20u);
+    co_await second.close();
+    co_await fx.stop();
+}
+
 /// The suite, by name (the RDMA binary runs them in order in one engine).
 inline std::vector<std::pair<const char*, future<> (*)(rpc_env&)>> suite() {
     return {
@@ -672,6 +724,7 @@ inline std::vector<std::pair<const char*, future<> (*)(rpc_env&)>> suite() {
         {"client_that_never_reads_is_bounded", client_that_never_reads_is_bounded},
         {"frame_size_limits", frame_size_limits},
         {"sharded_server_serves_every_shard", sharded_server_serves_every_shard},
+        {"in_flight_limits_hold_calls_back", in_flight_limits_hold_calls_back},
     };
 }
 

@@ -71,9 +71,12 @@ TEST(rpc_tcp, frame_size_limits) {
 TEST(rpc_tcp, sharded_server_serves_every_shard) {
     run_case("sharded_server_serves_every_shard", 2);
 }
+TEST(rpc_tcp, in_flight_limits_hold_calls_back) {
+    run_case("in_flight_limits_hold_calls_back");
+}
 
 TEST(rpc_tcp, every_suite_case_has_a_test) {
-    EXPECT_EQ(suite().size(), 13u);
+    EXPECT_EQ(suite().size(), 14u);
 }
 
 TEST(rpc_server, duplicate_verbs_are_refused_at_registration) {
