@@ -29,7 +29,7 @@ struct frame {
 struct outgoing_frame {
     frame_header header;
     net::temporary_buffer head; // frame_header::size bytes of room, then the payload
-    std::vector<net::temporary_buffer> attachments;
+    attachment_list attachments;
 
     /// Bytes this frame puts on the wire.
     size_t wire_size() const noexcept { return head.size() + header.attachment_size; }

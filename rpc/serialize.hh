@@ -19,6 +19,7 @@
 // reads out of bounds and never allocates more than the input can fill. This file does not
 // depend on the reactor (the fuzz target builds it alone).
 
+#include "core/small_pool_allocator.hh"
 #include "net/temporary_buffer.hh"
 #include "rpc/errors.hh"
 #include "rpc/reflect.hh"
@@ -128,12 +129,16 @@ inline constexpr unsigned max_depth = 64;
 
 } // namespace detail
 
+/// The attachments of a frame being written (from the shard's `small_pool`: no malloc per frame).
+using attachment_list =
+    std::vector<net::temporary_buffer, shoal::internal::small_pool_allocator<net::temporary_buffer>>;
+
 /// Writes values into a buffer sized beforehand with `serialized_size`; attachments are
 /// collected (shared, not copied) for the frame writer.
 class writer {
 public:
     /// Writes at `out` (room for exactly what `serialized_size` said); attachments go to `att`.
-    writer(char* out, std::vector<net::temporary_buffer>* att) noexcept
+    writer(char* out, attachment_list* att) noexcept
         : _pos(out)
         , _att(att) {}
     /// Appends `n` raw bytes.
@@ -157,7 +162,7 @@ public:
 
 private:
     char* _pos;
-    std::vector<net::temporary_buffer>* _att;
+    attachment_list* _att;
 };
 
 /// Reads values from a received payload (and its attachments), checking every length.

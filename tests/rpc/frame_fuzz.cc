@@ -40,7 +40,7 @@ void try_read(std::string_view payload, const net::temporary_buffer& att) {
         // What was read must encode back into as many bytes as it consumed (map order may
         // differ from the input's, so the bytes themselves may not).
         std::string again(serialized_size(v), '\0');
-        std::vector<net::temporary_buffer> atts;
+        rpc::attachment_list atts;
         writer w(again.data(), &atts);
         serialize(w, v);
         if (again.size() != payload.size() - r.remaining()) {

@@ -56,7 +56,7 @@ private:
 template <typename T>
 std::string encode(const T& v, net::temporary_buffer* att = nullptr) {
     std::string out(serialized_size(v), '\0');
-    std::vector<net::temporary_buffer> atts;
+    rpc::attachment_list atts;
     writer w(out.data(), &atts);
     serialize(w, v);
     EXPECT_EQ(w.position(), out.data() + out.size());
@@ -215,7 +215,7 @@ TEST(rpc_serialize, views_point_into_the_received_buffer) {
 TEST(rpc_serialize, attachments_travel_beside_the_payload_without_copy) {
     auto big = net::temporary_buffer::copy_of(std::string(100000, 'z'));
     const char* where = big.get();
-    std::vector<net::temporary_buffer> atts;
+    rpc::attachment_list atts;
     auto value = std::make_tuple(attachment(std::move(big)), std::string("meta"),
                                  attachment(net::temporary_buffer::copy_of("tail")));
     std::string payload(serialized_size(value), '\0');
