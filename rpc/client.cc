@@ -26,11 +26,10 @@ public:
     /// One call waiting for its reply. Slots are reused; the generation in the request id
     /// tells a late reply (after a timeout) from the current call.
     struct slot {
-        pending_call* call = nullptr; // the caller, while busy
+        pending_call* call = nullptr; // the caller; null while the slot is free
         timer<> expiry;
         steady_clock_type::time_point sent; // for the latency histogram
         uint32_t generation = 0;
-        bool busy = false;
     };
 
     client_options options;
@@ -78,7 +77,6 @@ public:
             s.expiry.set_callback([this, index] { expire(index); });
         }
         auto& s = slots[index];
-        s.busy = true;
         s.call = c;
         ++pending;
         return (uint64_t(s.generation) << 32) | index;
@@ -114,11 +112,10 @@ public:
         }
     }
 
-    /// Frees slot `index` (its promise already resolved).
+    /// Frees slot `index` (its call already resolved).
     void release_slot(uint32_t index) noexcept {
         auto& s = slots[index];
         s.expiry.cancel();
-        s.busy = false;
         ++s.generation;
         free_slots.push_back(index);
         --pending;
@@ -140,7 +137,7 @@ public:
 
     void expire(uint32_t index) noexcept {
         auto& s = slots[index];
-        if (s.busy) {
+        if (s.call) {
             auto& cs = local_client_stats();
             ++cs.errors;
             ++cs.timeouts;
@@ -153,7 +150,7 @@ public:
     void complete(frame&& f) {
         uint64_t id = f.header.request_id;
         uint32_t index = uint32_t(id);
-        if (index >= slots.size() || !slots[index].busy || slots[index].generation != uint32_t(id >> 32)) {
+        if (index >= slots.size() || !slots[index].call || slots[index].generation != uint32_t(id >> 32)) {
             return; // the call timed out: its late reply is dropped
         }
         auto& cs = local_client_stats();
@@ -172,7 +169,7 @@ public:
         }
         slots_free.broken(down);
         for (uint32_t i = 0; i < slots.size(); ++i) {
-            if (slots[i].busy) {
+            if (slots[i].call) {
                 ++local_client_stats().errors;
                 std::exchange(slots[i].call, nullptr)->fail(down);
                 release_slot(i);
