@@ -148,15 +148,15 @@ private:
 };
 
 namespace internal {
-/// Heap storage: the owner header and the bytes in one allocation. A small one (an RPC frame's
-/// header and arguments, a short reply) comes from the thread's `small_pool`, so that making
-/// and dropping one per message costs no trip through malloc; larger ones from malloc.
+/// Heap storage: the owner header and the bytes in one allocation, from the thread's
+/// `small_pool`: a small one (an RPC frame's header and arguments, a short reply) then costs no
+/// trip through malloc; a larger one goes to operator new as the pool does for it.
 class heap_buffer final : public buffer_owner {
 public:
     /// A buffer of `size` uninitialised bytes; throws std::bad_alloc.
     static temporary_buffer make(size_t size) {
         const size_t bytes = sizeof(heap_buffer) + size;
-        void* mem = bytes <= pool::max_size ? pool::allocate(bytes, std::nothrow) : std::malloc(bytes);
+        void* mem = pool::allocate(bytes, std::nothrow);
         if (!mem) {
             throw std::bad_alloc();
         }
@@ -173,11 +173,7 @@ private:
     void release() noexcept override {
         const size_t bytes = _bytes;
         this->~heap_buffer();
-        if (bytes <= pool::max_size) {
-            pool::deallocate(this, bytes);
-        } else {
-            std::free(this);
-        }
+        pool::deallocate(this, bytes);
     }
 
     size_t _bytes; // the allocation's size, header included
