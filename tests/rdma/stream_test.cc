@@ -6,6 +6,7 @@
 #include "core/gate.hh"
 #include "core/timer.hh"
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <string_view>
@@ -420,7 +421,10 @@ TEST(stream, small_writes_coalesce_while_the_send_window_is_full) {
             auto accepted = l.accept();
             constexpr int writes = 2000;
             constexpr size_t each = 50;
-            auto writer = submit_to(1, [a]() -> future<rdma::connection_stats> {
+            // Set by the writer once every write was queued: the reader starts only then, so
+            // the writer meets a full window however the two shards happen to be scheduled.
+            std::atomic<bool> all_written = false;
+            auto writer = submit_to(1, [a, &all_written]() -> future<rdma::connection_stats> {
                 rdma::connection c = co_await rdma::connect_rc(a);
                 net::connected_socket s = c.socket();
                 net::output_stream out = s.output();
@@ -430,13 +434,16 @@ TEST(stream, small_writes_coalesce_while_the_send_window_is_full) {
                     co_await out.write(block);
                     co_await out.flush(); // one message each, while credits last
                 }
+                all_written = true;
                 co_await out.close();
                 co_return c.stats();
             });
             rdma::connection c = co_await std::move(accepted);
             net::connected_socket s = c.socket();
             net::input_stream in = s.input();
-            co_await sleep(300ms); // not reading yet: the writer's window fills up
+            // Not reading yet: the writer's window fills up and its writes (100 KB, well under
+            // send_buffer_limit) wait in its send buffer.
+            EXPECT_TRUE(co_await eventually([&] { return all_written.load(); }, 30000ms));
             size_t bad = co_await read_pattern(in, writes * each, 77);
             EXPECT_EQ(bad, SIZE_MAX);
             net::temporary_buffer end = co_await in.read();
