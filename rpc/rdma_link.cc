@@ -5,6 +5,7 @@
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
 #include "core/log.hh"
+#include "core/reactor.hh"
 #include "core/smp.hh"
 #include "core/task.hh"
 #include "net/rdma/context.hh"
@@ -141,6 +142,17 @@ public:
             return;
         }
         _queued += f.wire_size();
+        if (!_sending && _coalesce && fits_a_message(f)) {
+            // The first frame of a loop iteration leaves at once: nothing is queued before it,
+            // and net/rdma posts it with whatever else this iteration sends (one doorbell).
+            // Frames sent after it in the same iteration share the flush task's message.
+            const uint64_t loop = local_reactor().stats().loops;
+            if (loop != _direct_loop) {
+                _direct_loop = loop;
+                send_now(f);
+                return;
+            }
+        }
         _queue.push_back(std::move(f));
         if (!_sending) {
             _sending = true;
@@ -225,15 +237,18 @@ private:
                 break; // a READ that ends calls pump() again
             }
             _receiving = true;
-            _receive_hold = shared_from_this(); // the link lives while it waits for a message
+            if (!_receive_hold) {
+                _receive_hold = shared_from_this(); // the link lives while it waits for a message
+            }
             _msgs.receive_into(*this);
         } while (_pump_again);
         _pumping = false;
     }
 
-    /// The message `pump` asked for (nullopt: the peer ended its side).
+    /// The message `pump` asked for (nullopt: the peer ended its side). The link's hold stays
+    /// when `pump` asked for the next one (the usual case): one hold for a run of messages, not
+    /// a shared-pointer count (atomic) taken and dropped per message.
     void on_message(std::optional<net::temporary_buffer> m) noexcept override {
-        std::shared_ptr<link_state> hold = std::move(_receive_hold);
         _receiving = false;
         if (!m) {
             _rx_eof = true;
@@ -246,15 +261,18 @@ private:
                 fail(std::current_exception());
             }
         }
-        release_hold(std::move(hold));
+        if (!_receiving) {
+            release_hold(std::move(_receive_hold));
+        }
     }
 
     /// Receiving failed: the reader gets the error after the frames completed before it.
     void on_receive_error(std::exception_ptr ex) noexcept override {
-        std::shared_ptr<link_state> hold = std::move(_receive_hold);
         _receiving = false;
         fail(std::move(ex));
-        release_hold(std::move(hold));
+        if (!_receiving) {
+            release_hold(std::move(_receive_hold));
+        }
     }
 
     /// Drops the hold a finished receive had on the link. When it is the last one, the link
@@ -593,6 +611,25 @@ private:
         sender_idle();
     }
 
+    /// Sends `f` (which fits a message, with nothing queued before it) as a message of its
+    /// own, without the queue and the flush task; a send that has to wait is left to `run`.
+    void send_now(outgoing_frame& f) noexcept {
+        try {
+            const size_t wire = f.wire_size();
+            _parts.clear();
+            gather(f);
+            future<> sent = send_gathered(1, wire);
+            if (sent.available() && !sent.failed()) {
+                sent.get();
+                return;
+            }
+            _sending = true;
+            (void)run(std::move(sent));
+        } catch (...) {
+            abort_output(std::current_exception());
+        }
+    }
+
     /// Sends the queued frames once `pending` (a send already made) is done.
     future<> run(future<> pending) {
         auto keep = shared_from_this();
@@ -673,6 +710,12 @@ private:
         _parts.clear();
         link_stats.frames_sent += frames;
         ++link_stats.messages_sent;
+        if (sent.available() && !sent.failed()) {
+            // Taken at once (the usual case): no continuation.
+            _queued -= std::min(bytes, _queued);
+            wake();
+            return sent;
+        }
         return sent.then([this, bytes] {
             _queued -= std::min(bytes, _queued);
             wake();
@@ -829,7 +872,8 @@ private:
     unsigned _max_reads;
     bool _coalesce;
     link_task<&link_state::flush_if_due> _flusher; // sends the frames queued together (see `send`)
-    bool _flush_due = false; // frames wait for the flush task (or the fetch task) to send them
+    bool _flush_due = false;              // frames wait for the flush task (or the fetch task) to send them
+    uint64_t _direct_loop = ~uint64_t(0); // the loop iteration whose first frame left at once
     link_task<&link_state::post_fetches> _fetcher; // posts the READs `start_fetch` queued
     std::deque<pending_fetch> _fetches;
     std::vector<net::temporary_buffer> _parts; // the pieces of the message being sent
