@@ -214,7 +214,12 @@ private:
         if (_stopped) {
             return; // reading is stopping: dropped, as an unread request was before
         }
-        dispatch(std::move(f), std::move(_next_conn_unit), std::move(_next_server_unit));
+        dispatch(std::move(f));
+        if (_next_server_unit.count() && _shared->in_flight.waiters() > 0) {
+            // The call finished at once and kept its server unit: other connections wait for
+            // one, so it goes back to them (in order) instead of to this connection's next call.
+            _next_server_unit.return_all();
+        }
         if (!reserve_now()) {
             _link->pause_reading();
             (void)wait_for_room();
@@ -235,7 +240,10 @@ private:
         }
     }
 
-    void dispatch(frame f, semaphore_units conn_unit, semaphore_units server_unit) {
+    /// Runs the call `f`. A handler that has not answered yet takes the reserved units
+    /// (`_next_conn_unit`, `_next_server_unit`) until it does; a call finished at once leaves
+    /// them reserved for the next request.
+    void dispatch(frame f) {
         auto& h = f.header;
         if (h.type != frame_type::request && h.type != frame_type::one_way) {
             throw protocol_error("a server received a frame of type " + std::to_string(int(h.type)));
@@ -259,16 +267,26 @@ private:
         ++_running;
         ++_shared->stats.calls_in_flight;
         auto started = steady_clock_type::now();
-        (void)e.invoke(e.object, std::move(f))
-            .then_wrapped([self = shared_from_this(), one_way, id, started, cu = std::move(conn_unit),
-                           su = std::move(server_unit)](future<outgoing_frame> done) mutable {
-                self->_shared->handler_seconds.observe(
-                    std::chrono::duration<double>(steady_clock_type::now() - started).count());
-                self->finish_call(std::move(done), one_way, id);
+        future<outgoing_frame> done = e.invoke(e.object, std::move(f));
+        if (done.available()) {
+            // A handler that answered at once (the usual small call): finished here, without
+            // a continuation, and its units stay reserved for the next request.
+            finish_call(done, one_way, id, started);
+            return;
+        }
+        (void)std::move(done).then_wrapped(
+            [self = shared_from_this(), one_way, id, started, cu = std::move(_next_conn_unit),
+             su = std::move(_next_server_unit)](future<outgoing_frame> done) mutable {
+                self->finish_call(done, one_way, id, started);
             });
     }
 
-    void finish_call(future<outgoing_frame> done, bool one_way, uint64_t id) {
+    /// Replies with the handler's outcome `done` (ready), which took since `started`, and
+    /// counts the call as finished.
+    void finish_call(future<outgoing_frame>& done, bool one_way, uint64_t id,
+                     steady_clock_type::time_point started) {
+        _shared->handler_seconds.observe(
+            std::chrono::duration<double>(steady_clock_type::now() - started).count());
         --_shared->stats.calls_in_flight;
         if (done.failed()) {
             auto [type, message] = describe(done.get_exception());
