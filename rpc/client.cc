@@ -113,8 +113,9 @@ public:
     }
 
     /// Frees slot `index` (its call already resolved).
-    void release_slot(uint32_t index) noexcept {
-        auto& s = slots[index];
+    void release_slot(uint32_t index) noexcept { release_slot(index, slots[index]); }
+    /// Frees slot `index`, which is `s`.
+    void release_slot(uint32_t index, slot& s) noexcept {
         s.expiry.cancel();
         ++s.generation;
         free_slots.push_back(index);
@@ -150,16 +151,19 @@ public:
     void complete(frame&& f) {
         uint64_t id = f.header.request_id;
         uint32_t index = uint32_t(id);
-        if (index >= slots.size() || !slots[index].call || slots[index].generation != uint32_t(id >> 32)) {
+        if (index >= slots.size()) {
+            return; // not an id this client gave
+        }
+        slot& s = slots[index];
+        if (!s.call || s.generation != uint32_t(id >> 32)) {
             return; // the call timed out: its late reply is dropped
         }
         auto& cs = local_client_stats();
         ++cs.replies;
         cs.errors += f.header.type != frame_type::response;
-        cs.latency.observe(
-            std::chrono::duration<double>(steady_clock_type::now() - slots[index].sent).count());
-        std::exchange(slots[index].call, nullptr)->complete(std::move(f));
-        release_slot(index);
+        cs.latency.observe(std::chrono::duration<double>(steady_clock_type::now() - s.sent).count());
+        std::exchange(s.call, nullptr)->complete(std::move(f));
+        release_slot(index, s);
     }
 
     /// Marks the connection down and fails every pending call with `why`.
