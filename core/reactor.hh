@@ -117,6 +117,16 @@ public:
         _queues[g].push_back(t);
         _active |= 1u << g;
     }
+    /// True when tasks wait in a queue: called from a running task (or a poller), whether more
+    /// work runs before the loop polls again (a sender may leave its send for them to join).
+    bool tasks_queued() const noexcept {
+        for (unsigned a = _active; a != 0; a &= a - 1) {
+            if (!_queues[__builtin_ctz(a)].empty()) {
+                return true;
+            }
+        }
+        return false;
+    }
     /// CPU time the tasks of scheduling group `sg` have had on this shard, divided by its shares
     /// (counted only while several groups had tasks).
     double group_vruntime(scheduling_group sg) const noexcept { return _vruntime[sg.id()]; }

@@ -341,6 +341,34 @@ TEST(reactor, task_quota_lets_polling_run_between_tasks) {
               0);
 }
 
+/// A task that records, when it runs, whether other tasks still wait.
+struct queue_probe final : task {
+    bool saw_queued = false;
+    bool ran = false;
+    void run_and_dispose() noexcept override {
+        saw_queued = local_reactor().tasks_queued();
+        ran = true;
+    }
+};
+
+TEST(reactor, tasks_queued_tells_whether_more_tasks_run_before_the_next_poll) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  reactor& r = local_reactor();
+                  EXPECT_FALSE(r.tasks_queued()); // this coroutine runs; nothing waits
+                  queue_probe first, last;
+                  schedule(&first);
+                  EXPECT_TRUE(r.tasks_queued());
+                  schedule(&last);
+                  co_await yield();
+                  EXPECT_TRUE(first.ran && last.ran);
+                  EXPECT_TRUE(first.saw_queued); // `last` still waited behind it
+                  // `last` ran with only this coroutine's resume queued behind it (yield's task).
+                  EXPECT_TRUE(last.saw_queued);
+                  EXPECT_FALSE(r.tasks_queued());
+              }),
+              0);
+}
+
 TEST(reactor, stop_drains_queued_tasks_and_cancels_io) {
     int tasks_ran = 0;
     int io_result = 0;
