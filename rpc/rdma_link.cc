@@ -142,12 +142,15 @@ public:
             return;
         }
         _queued += f.wire_size();
-        if (!_sending && _coalesce && fits_a_message(f)) {
-            // The first frame of a loop iteration leaves at once: nothing is queued before it,
-            // and net/rdma posts it with whatever else this iteration sends (one doorbell).
-            // Frames sent after it in the same iteration share the flush task's message.
-            const uint64_t loop = local_reactor().stats().loops;
-            if (loop != _direct_loop) {
+        if (!_sending && _coalesce && !_more_frames && fits_a_message(f)) {
+            // A frame that nothing else is likely to join leaves at once (net/rdma still posts
+            // it with whatever else this loop iteration sends: one doorbell): the first of its
+            // iteration on this link, with no task queued that could send more and no frame
+            // left in the message being delivered (whose replies would follow). Otherwise it
+            // waits for the flush task, and the frames sent meanwhile share its message.
+            reactor& r = local_reactor();
+            const uint64_t loop = r.stats().loops;
+            if (loop != _direct_loop && !r.tasks_queued()) {
                 _direct_loop = loop;
                 send_now(f);
                 return;
@@ -258,6 +261,7 @@ private:
                 take_message(std::move(*m));
                 pump();
             } catch (...) {
+                _more_frames = false;
                 fail(std::current_exception());
             }
         }
@@ -375,9 +379,11 @@ private:
             f.payload = m.share(body, h.payload_size);
             f.attachments = m.share(body + h.payload_size, h.attachment_size);
             ++link_stats.frames_received;
+            _more_frames = end < m.size();
             deliver(std::move(f));
             off = end;
         } while (off < m.size());
+        _more_frames = false;
         ++link_stats.messages_received;
     }
 
@@ -874,6 +880,7 @@ private:
     link_task<&link_state::flush_if_due> _flusher; // sends the frames queued together (see `send`)
     bool _flush_due = false;              // frames wait for the flush task (or the fetch task) to send them
     uint64_t _direct_loop = ~uint64_t(0); // the loop iteration whose first frame left at once
+    bool _more_frames = false;            // frames of the message being delivered follow the current one
     link_task<&link_state::post_fetches> _fetcher; // posts the READs `start_fetch` queued
     std::deque<pending_fetch> _fetches;
     std::vector<net::temporary_buffer> _parts; // the pieces of the message being sent
