@@ -273,10 +273,8 @@ private:
     /// Receiving failed: the reader gets the error after the frames completed before it.
     void on_receive_error(std::exception_ptr ex) noexcept override {
         _receiving = false;
-        fail(std::move(ex));
-        if (!_receiving) {
-            release_hold(std::move(_receive_hold));
-        }
+        fail(std::move(ex)); // (no new receive starts after an error: the hold can go)
+        release_hold(std::move(_receive_hold));
     }
 
     /// Drops the hold a finished receive had on the link. When it is the last one, the link
@@ -571,10 +569,10 @@ private:
                     link_log.debug("release of unknown body {} from {}", t, _conn.peer_address().to_string());
                     continue;
                 }
-                _queued -= std::min(it->second.bytes, _queued);
+                const size_t bytes = it->second.bytes;
                 _held.erase(it);
                 --link_stats.exports_held;
-                wake();
+                unqueue(bytes);
             }
         } catch (...) {
             // The connection broke (or closed): nobody will READ what is held.
@@ -600,12 +598,9 @@ private:
     void flush() noexcept {
         try {
             while (!_queue.empty() && !_error && fits_a_message(_queue.front())) {
-                future<> sent = send_together();
-                if (!sent.available() || sent.failed()) {
-                    (void)run(std::move(sent));
+                if (!done_or_left_to_run(send_together())) {
                     return;
                 }
-                sent.get();
             }
         } catch (...) {
             abort_output(std::current_exception());
@@ -621,19 +616,22 @@ private:
     /// own, without the queue and the flush task; a send that has to wait is left to `run`.
     void send_now(outgoing_frame& f) noexcept {
         try {
-            const size_t wire = f.wire_size();
-            _parts.clear();
-            gather(f);
-            future<> sent = send_gathered(1, wire);
-            if (sent.available() && !sent.failed()) {
-                sent.get();
-                return;
-            }
-            _sending = true;
-            (void)run(std::move(sent));
+            done_or_left_to_run(send_in_a_message(f));
         } catch (...) {
             abort_output(std::current_exception());
         }
+    }
+
+    /// True when `sent` is done; otherwise the sender (`run`) waits for it, then sends what is
+    /// queued behind it.
+    bool done_or_left_to_run(future<> sent) {
+        if (sent.available() && !sent.failed()) {
+            sent.get();
+            return true;
+        }
+        _sending = true;
+        (void)run(std::move(sent));
+        return false;
     }
 
     /// Sends the queued frames once `pending` (a send already made) is done.
@@ -691,13 +689,15 @@ private:
 
     /// Sends `f` alone: whole in a message when it fits one, else by READ (`send_remote`).
     future<> send_one(outgoing_frame f) {
-        if (fits_a_message(f)) {
-            const size_t wire = f.wire_size();
-            _parts.clear();
-            gather(f);
-            return send_gathered(1, wire);
-        }
-        return send_remote(std::move(f));
+        return fits_a_message(f) ? send_in_a_message(f) : send_remote(std::move(f));
+    }
+
+    /// Sends `f` (which fits a message) whole, as a message of its own.
+    future<> send_in_a_message(outgoing_frame& f) {
+        const size_t wire = f.wire_size();
+        _parts.clear();
+        gather(f);
+        return send_gathered(1, wire);
     }
 
     /// Encodes `f`'s header and moves its buffers (header first) to the end of `_parts`.
@@ -717,15 +717,16 @@ private:
         link_stats.frames_sent += frames;
         ++link_stats.messages_sent;
         if (sent.available() && !sent.failed()) {
-            // Taken at once (the usual case): no continuation.
-            _queued -= std::min(bytes, _queued);
-            wake();
+            unqueue(bytes); // taken at once (the usual case): no continuation
             return sent;
         }
-        return sent.then([this, bytes] {
-            _queued -= std::min(bytes, _queued);
-            wake();
-        });
+        return sent.then([this, bytes] { unqueue(bytes); });
+    }
+
+    /// `bytes` of queued frames left the link: writers waiting for room may go on.
+    void unqueue(size_t bytes) noexcept {
+        _queued -= std::min(bytes, _queued);
+        wake();
     }
 
     /// Sends the header and a descriptor; the body stays exported until the peer releases it.
