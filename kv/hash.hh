@@ -13,6 +13,41 @@ inline uint64_t mix(uint64_t a, uint64_t b) noexcept {
     __uint128_t r = __uint128_t(a ^ 0xa0761d6478bd642full) * (b ^ 0xe7037ed1a0b428dbull);
     return uint64_t(r) ^ uint64_t(r >> 64);
 }
+/// The `n` (< 8) bytes at `p` as the low bytes of a little-endian word, the rest zero: what
+/// `memcpy(&word, p, n)` into a zeroed word gives, in fixed-size loads (a copy of variable size
+/// is a call into libc).
+inline uint64_t load_tail(const char* p, size_t n) noexcept {
+    uint64_t t = 0;
+    unsigned at = 0;
+    if (n & 4) {
+        uint32_t w;
+        std::memcpy(&w, p, 4);
+        t = w;
+        at = 4;
+    }
+    if (n & 2) {
+        uint16_t w;
+        std::memcpy(&w, p + at, 2);
+        t |= uint64_t(w) << (at * 8);
+        at += 2;
+    }
+    if (n & 1) {
+        t |= uint64_t(uint8_t(p[at])) << (at * 8);
+    }
+    return t;
+}
+/// Whether the `n` bytes at `a` and `b` are equal, eight at a time (short keys: no libc call).
+inline bool same_bytes(const char* a, const char* b, size_t n) noexcept {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        std::memcpy(&x, a, 8);
+        std::memcpy(&y, b, 8);
+        if (x != y) {
+            return false;
+        }
+    }
+    return load_tail(a, n) == load_tail(b, n);
+}
 /// Folds `n` bytes at `p` into `h`, eight bytes per step.
 inline uint64_t fold(uint64_t h, const char* p, size_t n) noexcept {
     while (n >= 8) {
@@ -22,11 +57,7 @@ inline uint64_t fold(uint64_t h, const char* p, size_t n) noexcept {
         p += 8;
         n -= 8;
     }
-    uint64_t tail = 0;
-    if (n) {
-        std::memcpy(&tail, p, n);
-    }
-    return mix(h ^ tail, m ^ n);
+    return mix(h ^ load_tail(p, n), m ^ n);
 }
 } // namespace hash_detail
 

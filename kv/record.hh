@@ -109,7 +109,7 @@ inline check validate(const char* buf, size_t len, std::string_view key, view* o
         return check::short_buf;
     }
     std::string_view k(buf + sizeof(item), h.key_len);
-    if (k != key) {
+    if (!hash_detail::same_bytes(k.data(), key.data(), k.size())) {
         return check::other_key;
     }
     uint64_t t[2];

@@ -256,3 +256,47 @@ TEST(kv_record, reserve_then_commit_links_the_written_value) {
     EXPECT_EQ(s->reserve("huge", 0, 0, 2 << 20, &why), nullptr);
     EXPECT_EQ(why, store_result::too_large);
 }
+
+// The hash and the checksum load a key's or value's last (< 8) bytes with fixed-size loads
+// (`load_tail`), not a libc copy of variable size. A record or a shard choice must not change
+// with that: the same words as a zeroed word with `memcpy(&w, p, n)`, so builds before and after
+// agree on every key's shard and every record's checksum. `same_bytes` is the key comparison of
+// `record::validate`: equal exactly where the bytes are.
+TEST(kv_record, tail_loads_and_byte_comparison_match_memcpy_and_memcmp) {
+    const char bytes[] = "\x01\x82\x03\xf4\x05\x96\x07\xe8\x09\x7a";
+    for (size_t n = 0; n < 8; ++n) {
+        for (size_t at = 0; at + n <= sizeof(bytes) - 1; ++at) {
+            uint64_t want = 0;
+            std::memcpy(&want, bytes + at, n);
+            EXPECT_EQ(hash_detail::load_tail(bytes + at, n), want) << n << " bytes at " << at;
+        }
+    }
+    // A fold by the copy of variable size, as before: the same hash for every length to 40.
+    auto fold_by_copy = [](uint64_t h, const char* p, size_t n) {
+        for (; n >= 8; p += 8, n -= 8) {
+            uint64_t w;
+            std::memcpy(&w, p, 8);
+            h = hash_detail::mix(h ^ w, hash_detail::m);
+        }
+        uint64_t tail = 0;
+        std::memcpy(&tail, p, n);
+        return hash_detail::mix(h ^ tail, hash_detail::m ^ n);
+    };
+    std::mt19937_64 rng(7);
+    std::string s(40, '\0');
+    for (char& c : s) {
+        c = char(rng());
+    }
+    for (size_t n = 0; n <= s.size(); ++n) {
+        EXPECT_EQ(hash_detail::fold(0x1234, s.data(), n), fold_by_copy(0x1234, s.data(), n)) << n;
+    }
+    for (size_t n = 0; n <= 20; ++n) {
+        std::string a = s.substr(0, n);
+        EXPECT_TRUE(hash_detail::same_bytes(a.data(), s.data(), n)) << n;
+        for (size_t i = 0; i < n; ++i) {
+            std::string b = a;
+            b[i] ^= 0x40;
+            EXPECT_FALSE(hash_detail::same_bytes(a.data(), b.data(), n)) << n << " differ at " << i;
+        }
+    }
+}
