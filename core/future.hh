@@ -221,14 +221,20 @@ public:
     promise(promise&& o) noexcept { move_from(std::move(o)); }
     promise& operator=(promise&& o) noexcept {
         if (this != &o) {
-            abandon();
+            if (tied()) {
+                abandon();
+            }
             move_from(std::move(o));
         }
         return *this;
     }
     promise(const promise&) = delete;
     promise& operator=(const promise&) = delete;
-    ~promise() { abandon(); }
+    ~promise() {
+        if (tied()) { // an unused or moved-from promise has nothing to let go of: no call
+            abandon();
+        }
+    }
 
     /// Returns the future tied to this promise; call it at most once.
     future<T> get_future() noexcept;
@@ -271,6 +277,9 @@ private:
     void resolved() noexcept;
     void move_from(promise&& o) noexcept;
     void abandon() noexcept;
+    /// Whether anything waits on this promise or holds its state (a future, a waiter, a
+    /// continuation's state): else abandoning it does nothing.
+    bool tied() const noexcept { return _future || _waiter || (_state && _state != &_local); }
 
     internal::future_state<T> _local; // holds an early value until get_future() is called
     internal::future_state<T>* _state = nullptr;
