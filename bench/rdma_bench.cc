@@ -2,6 +2,7 @@
 // to put next to perftest in the same Soft-RoCE guest (bench/rdma_vs_perftest.sh).
 //   stream round trip (write + flush, read_exactly) at several sizes: median / p99 / mean
 //   stream throughput, one direction, 1 MiB writes
+//   one-sided READ round trip (one at a time, as perftest's ib_read_lat): median / p99 / mean
 //   one-sided WRITE throughput, 1 MiB, several in flight
 //   one way, small records: the ring channel against the stream, side by side
 // Prints a table; --json for tooling.
@@ -33,6 +34,16 @@ struct latency_row {
     size_t size;
     double median_us, p99_us, mean_us;
 };
+
+/// The median, 99th percentile and mean of round trips `us` (microseconds) of `size` bytes.
+latency_row summarize(size_t size, std::vector<double> us) {
+    std::sort(us.begin(), us.end());
+    double sum = 0;
+    for (double v : us) {
+        sum += v;
+    }
+    return latency_row{size, us[us.size() / 2], us[us.size() * 99 / 100], sum / double(us.size())};
+}
 
 struct server_state {
     std::optional<net::server_socket> sock;
@@ -133,12 +144,26 @@ future<latency_row> measure_rtt(net::socket_address a, size_t size, unsigned ite
         "%lu signaled, %lu unsignaled, %lu credit stalls\n",
         size, st.messages_sent, st.inline_sends, st.ctrl_sent, st.ctrl_received, st.signaled, st.unsignaled,
         st.credit_stalls);
-    std::sort(us.begin(), us.end());
-    double sum = 0;
-    for (double v : us) {
-        sum += v;
+    co_return summarize(size, std::move(us));
+}
+
+/// One-sided READs of `size` bytes from the server's exported region, one at a time: what
+/// perftest's ib_read_lat measures, through the reactor, the connection and a future per READ.
+future<latency_row> measure_read_lat(net::socket_address a, size_t size, unsigned iterations) {
+    rdma::connection c = co_await rdma::connect_rc(a);
+    rdma::remote_region rr = *c.peer_region();
+    rdma::buffer dst = rdma::shard_context::local().pool().allocate(size);
+    std::vector<double> us;
+    us.reserve(iterations);
+    for (unsigned i = 0; i < iterations + iterations / 10; ++i) {
+        auto t0 = clk::now();
+        co_await c.read(rdma::span_of(dst, 0, size), rr, 0);
+        auto t1 = clk::now();
+        if (i >= iterations / 10) { // the first tenth warms up
+            us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
     }
-    co_return latency_row{size, us[us.size() / 2], us[us.size() * 99 / 100], sum / double(us.size())};
+    co_return summarize(size, std::move(us));
 }
 
 future<double> measure_stream_bw(net::socket_address a, size_t size, double seconds) {
@@ -304,6 +329,61 @@ future<double> measure_write_bw(net::socket_address a, size_t size, double secon
     co_return double(bytes) / secs / 1e6;
 }
 
+/// The comma-separated items of `list` ("128,4K,64K").
+std::vector<std::string> split_sizes(const std::string& list) {
+    std::vector<std::string> out;
+    for (size_t pos = 0; pos < list.size();) {
+        size_t comma = list.find(',', pos);
+        out.push_back(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+        pos = comma == std::string::npos ? list.size() : comma + 1;
+    }
+    return out;
+}
+
+/// The latency rows as JSON members: "rtt" (stream round trips) and "read" (one-sided READs).
+void print_latency_json(const std::vector<latency_row>& rtt, const std::vector<latency_row>& read) {
+    auto rows = [](const char* name, const std::vector<latency_row>& v) {
+        std::printf("\"%s\": [", name);
+        for (size_t i = 0; i < v.size(); ++i) {
+            std::printf("%s{\"size\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}",
+                        i ? ", " : "", v[i].size, v[i].median_us, v[i].p99_us, v[i].mean_us);
+        }
+        std::printf("]");
+    };
+    rows("rtt", rtt);
+    std::printf(", ");
+    rows("read", read);
+}
+
+/// The latency rows as a table.
+void print_latency_text(const std::vector<latency_row>& rtt, const std::vector<latency_row>& read) {
+    auto rows = [](const char* title, const std::vector<latency_row>& v) {
+        std::printf("%-28s %10s %10s %10s\n", title, "median us", "p99 us", "mean us");
+        for (const auto& r : v) {
+            std::printf("%-28s %10.1f %10.1f %10.1f\n", fmt::format("  {} B", r.size).c_str(), r.median_us,
+                        r.p99_us, r.mean_us);
+        }
+    };
+    rows("stream round trip", rtt);
+    rows("one-sided READ round trip", read);
+}
+
+/// Stops the servers of the server shard and frees what they hold.
+future<> stop_servers(unsigned server_shard) {
+    return submit_to(server_shard, [] {
+        srv.sock->abort_accept();
+        srv.drain->abort_accept();
+        srv.rc->abort_accept();
+        srv.keep.clear();
+        ring_servers.clear();
+        fan_srv.ls.clear();
+        fan_srv.fan.reset();
+        bench::stop_pool_bench_server();
+        srv.exported.revoke();
+        srv.mem.reset();
+    });
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -314,6 +394,8 @@ int main(int argc, char** argv) {
     a.add_option("seconds", "seconds per throughput run", "3");
     a.add_option("sizes", "round-trip sizes", "128,4K,64K");
     a.add_option("bw-size", "throughput message size", "1M");
+    a.add_option("read-sizes", "one-sided READ round-trip sizes", "128,4K");
+    a.add_flag("latency-only", "the round trips alone (stream and one-sided READ), no throughput rows");
     a.add_option("ring-depth", "ring channel sends in flight (--ring-send)", "1024");
     a.add_flag("ring-send", "ring rows: send (a future per record) instead of write + flush");
     a.add_flag("json", "print JSON");
@@ -363,7 +445,8 @@ int main(int argc, char** argv) {
                     [](net::accept_result r) { (void)drain_forever(std::move(r.connection)); });
             }).handle_exception([](std::exception_ptr) {});
             srv.mem = rdma::shard_context::local().pool().allocate(bw_size);
-            srv.exported = rdma::export_region(srv.mem, rdma::access::remote_write);
+            srv.exported =
+                rdma::export_region(srv.mem, rdma::access::remote_write | rdma::access::remote_read);
             rdma::listen_options lo;
             lo.connection = rdma::shard_context::local().opts().connection;
             lo.connection->region = srv.exported.descriptor();
@@ -380,10 +463,7 @@ int main(int argc, char** argv) {
         co_await std::move(servers_up);
         std::vector<latency_row> lat;
         unsigned iterations = unsigned(a.get_size("iterations"));
-        std::string sizes = a.get("sizes");
-        for (size_t pos = 0; pos < sizes.size();) {
-            size_t comma = sizes.find(',', pos);
-            std::string one = sizes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        for (const std::string& one : split_sizes(a.get("sizes"))) {
             auto before = local_reactor().stats();
             auto cbefore = rdma::shard_context::local().stats();
             future<latency_row> row = measure_rtt(stream_addr, parse_size(one), iterations);
@@ -396,7 +476,24 @@ int main(int argc, char** argv) {
                 one.c_str(), after.loops - before.loops, after.sleeps - before.sleeps,
                 cafter.cq.cq_events - cbefore.cq.cq_events, cafter.cq.arms - cbefore.cq.arms,
                 cafter.post_send_calls - cbefore.post_send_calls);
-            pos = comma == std::string::npos ? sizes.size() : comma + 1;
+        }
+        std::vector<latency_row> read_lat;
+        for (const std::string& one : split_sizes(a.get("read-sizes"))) {
+            size_t size = std::min(parse_size(one), bw_size);
+            future<latency_row> row = measure_read_lat(rc_addr, size, iterations);
+            read_lat.push_back(co_await std::move(row));
+        }
+        if (a.has("latency-only")) {
+            if (a.has("json")) {
+                std::printf("{");
+                print_latency_json(lat, read_lat);
+                std::printf("}\n");
+            } else {
+                print_latency_text(lat, read_lat);
+            }
+            co_await stop_servers(server_shard);
+            co_await rdma::stop();
+            co_return 0;
         }
         double seconds = std::stod(a.get("seconds"));
         const unsigned ring_depth = unsigned(a.get_size("ring-depth"));
@@ -437,12 +534,9 @@ int main(int argc, char** argv) {
             pool_rows.push_back({size, w, r});
         }
         if (a.has("json")) {
-            std::printf("{\"rtt\": [");
-            for (size_t i = 0; i < lat.size(); ++i) {
-                std::printf("%s{\"size\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}",
-                            i ? ", " : "", lat[i].size, lat[i].median_us, lat[i].p99_us, lat[i].mean_us);
-            }
-            std::printf("], \"ring_polls\": %s, \"ring_api\": \"%s\", \"ring_vs_stream\": [",
+            std::printf("{");
+            print_latency_json(lat, read_lat);
+            std::printf(", \"ring_polls\": %s, \"ring_api\": \"%s\", \"ring_vs_stream\": [",
                         ring_opts.poll ? "true" : "false", ring_use_send ? "send" : "write");
             for (size_t i = 0; i < ring_rows.size(); ++i) {
                 std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
@@ -459,11 +553,7 @@ int main(int argc, char** argv) {
             std::printf("], \"stream_MBps\": %.1f, \"write_MBps\": %.1f, \"bw_size\": %zu}\n", stream_mbps,
                         write_mbps, bw_size);
         } else {
-            std::printf("%-28s %10s %10s %10s\n", "stream round trip", "median us", "p99 us", "mean us");
-            for (auto& r : lat) {
-                std::printf("%-28s %10.1f %10.1f %10.1f\n", fmt::format("  {} B", r.size).c_str(),
-                            r.median_us, r.p99_us, r.mean_us);
-            }
+            print_latency_text(lat, read_lat);
             std::printf("%-28s %10.1f MB/s\n", fmt::format("stream one way, {} B writes", bw_size).c_str(),
                         stream_mbps);
             std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
@@ -489,18 +579,7 @@ int main(int argc, char** argv) {
                             r.read_mbps);
             }
         }
-        co_await submit_to(server_shard, [] {
-            srv.sock->abort_accept();
-            srv.drain->abort_accept();
-            srv.rc->abort_accept();
-            srv.keep.clear();
-            ring_servers.clear();
-            fan_srv.ls.clear();
-            fan_srv.fan.reset();
-            bench::stop_pool_bench_server();
-            srv.exported.revoke();
-            srv.mem.reset();
-        });
+        co_await stop_servers(server_shard);
         co_await rdma::stop();
         co_return 0;
     });

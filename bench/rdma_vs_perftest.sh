@@ -3,7 +3,8 @@
 # back in ONE Soft-RoCE guest, so that their numbers are comparable (same boot, same load):
 #   tests/softroce/run-in-guest.sh --timeout 900 -- bench/rdma_vs_perftest.sh build/release
 # perftest's ib_send_lat reports half a round trip (t_typical is the median of RTT/2); the
-# shoal numbers are whole round trips. Sizes follow the issue: 128 B latency, 1 MiB bandwidth.
+# shoal numbers are whole round trips; ib_read_lat's are whole READ round trips, as
+# shoal-bench-rdma's one-sided READ rows. Sizes follow the issue: 128 B latency, 1 MiB bandwidth.
 set -u
 build=${1:?usage: rdma_vs_perftest.sh BUILD_DIR}
 dev=${SHOAL_RDMA_DEVICE:-rxe0}
@@ -25,6 +26,8 @@ perf_pair() { # perf_pair TOOL ARGS... : server in the background, client agains
 echo "== perftest (server and client in this guest)"
 echo "ib_send_lat 128 B: #bytes #iter t_min t_max t_typical t_avg t_stdev p99 p99.9 (usec, half round trip)"
 perf_pair ib_send_lat -s 128 -n 5000
+echo "ib_read_lat 128 B: #bytes #iter t_min t_max t_typical t_avg t_stdev p99 p99.9 (usec, whole READ round trip)"
+perf_pair ib_read_lat -s 128 -n 5000
 echo "ib_send_bw 1 MiB: #bytes #iter BW_peak BW_avg[MB/sec] MsgRate"
 perf_pair ib_send_bw -s 1048576 -n 500
 echo "ib_write_bw 1 MiB: #bytes #iter BW_peak BW_avg[MB/sec] MsgRate"
