@@ -60,6 +60,12 @@ read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max
     wait "$perf"
 }
 
+bare_read() { # bare_read SIZE: the median µs of shoal-bench-rdma's one-sided READ of SIZE bytes
+    # (net/rdma alone, no KV: the control that tells the KV layer's share from the READ's)
+    "$build/bench/shoal-bench-rdma" --ip "$ip" --poll-mode --latency-only --sizes 128 --read-sizes "$1" \
+        --iterations 5000 2>/dev/null | awk '/^one-sided READ/ {r = 1} r && $1 + 0 > 0 {print $3; exit}'
+}
+
 cell() { # cell ROUND SIZE NAME ARGS...: one RDMA cell, its P50 appended to $out/results.txt
     cell_round=$1 cell_size=$2 cell_name=$3
     shift 3

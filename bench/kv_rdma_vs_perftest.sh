@@ -9,6 +9,8 @@
 # as shoal-kv-bench does. Cells: GET by a cached location (one READ, no server CPU) vs
 # ib_read_lat of the same size as the record READ; GET by a control round trip (value inline);
 # GET of 4 KB by a control round trip + READ; PUT 32 B (inline) and 64 KB (grant + WRITE + commit).
+# The bare one-sided READ of shoal-bench-rdma (net/rdma without the KV layer) runs after
+# ib_read_lat as a control: GET / READ is the KV layer's share, READ / ib_read_lat the rest.
 # KV_BENCH_OLD=PATH (another build's shoal-kv-bench, its shoal-kv next to it): before/after
 # instead — per round (KV_BENCH_ROUNDS, 3), ib_read_lat 128 B and 4 KB, then the cached GET cells
 # of the old and of this build, each against its own build's server, alternating (which goes
@@ -81,6 +83,10 @@ for size in 128 4096; do
     read_lat "$size" | tee -a "$out/perftest.txt"
 done
 typical() { awk -v s="$1" '$1 == s {print $5}' "$out/perftest.txt"; }
+echo "== shoal-bench-rdma one-sided READ, median µs (the same READ without the KV layer)"
+read128=$(bare_read 128)
+read4k=$(bare_read 4096)
+echo "128 B $read128, 4 KB $read4k"
 
 start_kv_server
 echo
@@ -105,4 +111,6 @@ echo
 echo "cached GET P50 / ib_read_lat t_typical: 32 B value (120 B record) vs 128 B: $small / $(typical 128) =" \
     "$(ratio "$small" "$(typical 128)"); 4 KB value vs 4096 B: $large / $(typical 4096)" \
     "= $(ratio "$large" "$(typical 4096)")"
+echo "bare READ / ib_read_lat: 128 B $(ratio "$read128" "$(typical 128)"), 4 KB $(ratio "$read4k" "$(typical 4096)");" \
+    "cached GET / bare READ: 32 B vs 128 B $(ratio "$small" "$read128"), 4 KB $(ratio "$large" "$read4k")"
 echo "load: $(cat /proc/loadavg) (guest)"
