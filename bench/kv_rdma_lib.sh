@@ -62,7 +62,7 @@ read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max
 
 bare_read() { # bare_read SIZE: the median µs of shoal-bench-rdma's one-sided READ of SIZE bytes
     # (net/rdma alone, no KV: the control that tells the KV layer's share from the READ's)
-    "$build/bench/shoal-bench-rdma" --ip "$ip" --poll-mode --latency-only --sizes 128 --read-sizes "$1" \
+    "$build/bench/shoal-bench-rdma" --ip "$ip" --poll-mode --latency-only --sizes "" --read-sizes "$1" \
         --iterations 5000 2>/dev/null | awk '/^one-sided READ/ {r = 1} r && $1 + 0 > 0 {print $3; exit}'
 }
 

@@ -392,7 +392,7 @@ int main(int argc, char** argv) {
     a.add_option("ip", "the RDMA device's IP address (default: $SHOAL_RDMA_IP)");
     a.add_option("iterations", "round trips per size", "2000");
     a.add_option("seconds", "seconds per throughput run", "3");
-    a.add_option("sizes", "round-trip sizes", "128,4K,64K");
+    a.add_option("sizes", "stream round-trip sizes (empty: none)", "128,4K,64K");
     a.add_option("bw-size", "throughput message size", "1M");
     a.add_option("read-sizes", "one-sided READ round-trip sizes", "128,4K");
     a.add_flag("latency-only", "the round trips alone (stream and one-sided READ), no throughput rows");
