@@ -15,8 +15,8 @@ n=${READ_TIMELINE_ITERATIONS:-5000}
 out=$(mktemp -d)
 here=$(dirname "$0")
 . "$here/kv_rdma_lib.sh"
-trap '[ -n "$server" ] && kill "$server" 2>/dev/null; echo 0 >"$T/tracing_on" 2>/dev/null; rm -rf "$out"' EXIT
 T=/sys/kernel/tracing
+trap '[ -n "$server" ] && kill "$server" 2>/dev/null; echo 0 >"$T/tracing_on" 2>/dev/null; rm -rf "$out"' EXIT
 [ -e "$T/trace" ] || mount -t tracefs nodev "$T" || { echo "read_timeline: cannot mount tracefs" >&2; exit 1; }
 echo 0 >"$T/tracing_on"
 echo nop >"$T/current_tracer"
