@@ -35,8 +35,15 @@ bench_with() { # bench_with BINARY NAME ARGS...: one latency cell; prints its ta
     bw_name=$2
     shift 2
     echo "-- $bw_name"
-    "$bw_bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
-        --duration "$seconds" --warmup 0.5 "$@" 2>&1 | grep -E '^\| server|rdma\)|error' | tee "$out/cell.txt"
+    latency_cell "$bw_bin" "$@" 2>&1 | grep -E '^\| server|rdma\)|error' | tee "$out/cell.txt"
+}
+
+latency_cell() { # latency_cell BINARY ARGS...: a shoal-kv-bench run on CPU 0, one connection, one
+    # request at a time, for $seconds after half a second of warm-up
+    lc_bin=$1
+    shift
+    "$lc_bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
+        --duration "$seconds" --warmup 0.5 "$@"
 }
 
 bench() { # bench NAME ARGS...: a cell of this build's shoal-kv-bench

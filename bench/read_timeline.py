@@ -22,10 +22,14 @@ EVENT = re.compile(r'^\s*(\S.*?)-(\d+)\s+\[\d+\]\s+\S+\s+(\d+\.\d+): (\w+):? ?(.
 
 
 def segments(path, comm):
+    """(round trips, detours, {segment: [µs per round trip]}) of COMM's doorbells in the trace."""
+    comm = comm[:15]  # the kernel keeps a task's name to 15 characters
     seg = {"write": [], "switch": [], "ksoftirqd": [], "user": [], "round trip": []}
     ops = detours = 0
     enter = leave = away = back = None
-    for line in open(path, errors="replace"):
+    with open(path, errors="replace") as f:
+        lines = f.readlines()
+    for line in lines:
         m = EVENT.match(line)
         if not m:
             continue
@@ -54,7 +58,7 @@ def segments(path, comm):
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: read_timeline.py TRACE COMM")
-    ops, detours, seg = segments(sys.argv[1], sys.argv[2][:15])
+    ops, detours, seg = segments(sys.argv[1], sys.argv[2])
     if ops < 2:
         sys.exit(f"read_timeline: no doorbell writes of {sys.argv[2]} in {sys.argv[1]}")
     med = {k: statistics.median(v) if v else 0.0 for k, v in seg.items()}

@@ -41,7 +41,6 @@ wait
 traced shoal-bench-rdma timeout 120 "$build/bench/shoal-bench-rdma" --ip "$ip" --poll-mode --smp 1 \
     --server-shard 0 --cpuset 0 --latency-only --sizes "" --read-sizes 128 --iterations "$n"
 start_kv_server
-traced shoal-kv-bench "$build/apps/kv/shoal-kv-bench" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 \
-    --pipeline 1 --keys 100 --duration "$seconds" --warmup 0.5 --transport rdma --port 11400 --value-size 32 \
-    --get-ratio 1
+traced shoal-kv-bench latency_cell "$build/apps/kv/shoal-kv-bench" --transport rdma --port 11400 \
+    --value-size 32 --get-ratio 1
 stop_kv_server

@@ -33,7 +33,7 @@ class read_timeline_test(unittest.TestCase):
         self.assertEqual([round(x) for x in seg["round trip"]], [54, 46, 35, 32, 29])
 
     def test_other_tasks_writes_are_not_counted(self):
-        ops, detours, _ = read_timeline.segments(SAMPLE, "shoal-bench-rdm")
+        ops, detours, _ = read_timeline.segments(SAMPLE, "shoal-bench-rdma")
         self.assertEqual((ops, detours), (0, 0))
 
     def test_command_line_prints_medians_and_refuses_an_empty_trace(self):
