@@ -10,6 +10,9 @@ poll=${KV_BENCH_POLL---poll-mode} # KV_BENCH_POLL= : shards sleep when idle
 # KV_BENCH_SERVER_POLL= : the server's shard sleeps when idle (a cached GET needs no server CPU;
 # a spinning server holds a vCPU the guest kernel's rxe work could use)
 server_poll=${KV_BENCH_SERVER_POLL-$poll}
+# A command the clients (ib_read_lat's and shoal-kv-bench's latency cells) run under, such as
+# "chrt -f 1" (empty: none)
+client_prefix=${client_prefix:-}
 server=
 
 start_kv_server() { # start_kv_server [BINARY]: shoal-kv, 1 shard on CPU 1, TCP on 11211, RDMA on 11400
@@ -42,7 +45,7 @@ latency_cell() { # latency_cell BINARY ARGS...: a shoal-kv-bench run on CPU 0, o
     # request at a time, for $seconds after half a second of warm-up
     lc_bin=$1
     shift
-    "$lc_bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
+    $client_prefix "$lc_bin" --host "$ip" --smp 1 --cpuset 0 $poll --connections 1 --pipeline 1 --keys 100 \
         --duration "$seconds" --warmup 0.5 "$@"
 }
 
@@ -61,7 +64,8 @@ read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max
     perf=$!
     for _ in 1 2 3 4 5 6 7 8 9 10; do
         sleep 1
-        timeout 120 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 "$ip" >"$out/perf-client.txt" 2>&1 && break
+        $client_prefix timeout 120 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 "$ip" >"$out/perf-client.txt" 2>&1 &&
+            break
     done
     awk '/^ *#bytes/{getline; print}' "$out/perf-client.txt"
     wait "$perf"

@@ -7,7 +7,9 @@
 # to let them sleep when idle); one connection, one
 # request at a time (latency). ib_read_lat reports whole READ round trips (t_typical = median),
 # as shoal-kv-bench does. Cells: GET by a cached location (one READ, no server CPU) vs
-# ib_read_lat of the same size as the record READ; GET by a control round trip (value inline);
+# ib_read_lat of the same size as the record READ, as a new string (get_one) and into the
+# caller's registered buffer (get_into, --zero-copy: what ib_read_lat does); GET by a control
+# round trip (value inline);
 # GET of 4 KB by a control round trip + READ; PUT 32 B (inline) and 64 KB (grant + WRITE + commit).
 # The bare one-sided READ of shoal-bench-rdma (net/rdma without the KV layer) runs after
 # ib_read_lat as a control: GET / READ is the KV layer's share, READ / ib_read_lat the rest.
@@ -16,7 +18,9 @@
 # of the old and of this build, each against its own build's server, alternating (which goes
 # first alternates by round); the ratios to ib_read_lat of the same round. KV_BENCH_TIME=1:
 # this build's cached cells with --time-gets (after the rounds when comparing, and
-# KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too).
+# KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too). KV_BENCH_FIFO=1: at the
+# end, ib_read_lat 128 B and the cached get_into of 32 B again with both clients under
+# SCHED_FIFO 1 (chrt), where ksoftirqd (a normal task) cannot preempt them: no detours.
 set -u
 build=${1:?usage: kv_rdma_vs_perftest.sh BUILD_DIR}
 out=$(mktemp -d)
@@ -96,6 +100,12 @@ bench "rdma GET 32 B, cached location" --transport rdma --port 11400 --value-siz
 small=$(p50)
 bench "rdma GET 4 KB, cached location" --transport rdma --port 11400 --value-size 4096 --get-ratio 1 $timing
 large=$(p50)
+bench "rdma GET 32 B, cached location, into a registered buffer" --transport rdma --port 11400 --value-size 32 \
+    --get-ratio 1 --zero-copy $timing
+small_into=$(p50)
+bench "rdma GET 4 KB, cached location, into a registered buffer" --transport rdma --port 11400 --value-size 4096 \
+    --get-ratio 1 --zero-copy $timing
+large_into=$(p50)
 bench "rdma GET 32 B, control round trip (inline)" --transport rdma --port 11400 --value-size 32 --get-ratio 1 \
     --no-location-cache
 bench "rdma GET 4 KB, control round trip + READ" --transport rdma --port 11400 --value-size 4096 --get-ratio 1 \
@@ -107,10 +117,29 @@ bench "tcp GET 4 KB" --port 11211 --value-size 4096 --get-ratio 1
 bench "tcp PUT 32 B" --port 11211 --value-size 32 --get-ratio 0
 bench "tcp PUT 64 KB" --port 11211 --value-size 65536 --get-ratio 0
 stop_kv_server
+fifo=
+if [ "${KV_BENCH_FIFO:-}" = 1 ]; then
+    echo
+    echo "== both clients under SCHED_FIFO 1 (no ksoftirqd detours)"
+    client_prefix="chrt -f 1"
+    fifo_ib=$(read_lat 128 | awk '{print $5}')
+    start_kv_server
+    bench "rdma GET 32 B, cached location, into a registered buffer, SCHED_FIFO" --transport rdma --port 11400 \
+        --value-size 32 --get-ratio 1 --zero-copy
+    fifo_into=$(p50)
+    stop_kv_server
+    client_prefix=
+    fifo="under SCHED_FIFO: get_into 32 B $fifo_into / ib_read_lat 128 B $fifo_ib = $(ratio "$fifo_into" "$fifo_ib")"
+fi
 echo
 echo "cached GET P50 / ib_read_lat t_typical: 32 B value (120 B record) vs 128 B: $small / $(typical 128) =" \
     "$(ratio "$small" "$(typical 128)"); 4 KB value vs 4096 B: $large / $(typical 4096)" \
     "= $(ratio "$large" "$(typical 4096)")"
+echo "the same, into a registered buffer (get_into): 32 B $small_into / $(typical 128) =" \
+    "$(ratio "$small_into" "$(typical 128)"); 4 KB $large_into / $(typical 4096) = $(ratio "$large_into" "$(typical 4096)")"
+if [ -n "$fifo" ]; then
+    echo "$fifo"
+fi
 echo "bare READ / ib_read_lat: 128 B $(ratio "$read128" "$(typical 128)"), 4 KB $(ratio "$read4k" "$(typical 4096)");" \
     "cached GET / bare READ: 32 B vs 128 B $(ratio "$small" "$read128"), 4 KB $(ratio "$large" "$read4k")"
 echo "load: $(cat /proc/loadavg) (guest)"

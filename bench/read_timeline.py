@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """read_timeline.py TRACE COMM - splits the one-at-a-time READs of COMM, read from an ftrace
-text TRACE of one CPU (tracepoints sys_enter/exit_write, sched_switch), into the segments of
-a Soft-RoCE READ round trip, and prints each segment's median in microseconds.
+text TRACE of one CPU (tracepoints sys_enter/exit_write, sched_switch, sched_wakeup), into the
+segments of a Soft-RoCE READ round trip, and prints each segment's median in microseconds.
 
 With rxe, a READ is posted by one write(2) on the verbs command file (the doorbell); the
 requester, the responder and the completer all run on the poster's CPU, mostly inside that
@@ -13,12 +13,16 @@ Segments of each round trip:
   ksoftirqd that detour, until the poster runs again;
   user      back in user space until the next doorbell (the poll, the completion, the
             caller's code and the next post).
+With sched_wakeup in the trace it also tells why a round trip had no detour: every wake-up of
+ksoftirqd that sets need-resched ('N' in the event's flags) is a detour; a wake-up that does not
+leaves ksoftirqd runnable but not running, so the raises of the next round trips wake nobody
+(quiet) until it runs. The round trips without a detour come in such runs.
 """
 import re
 import statistics
 import sys
 
-EVENT = re.compile(r'^\s*(\S.*?)-(\d+)\s+\[\d+\]\s+\S+\s+(\d+\.\d+): (\w+):? ?(.*)$')
+EVENT = re.compile(r'^\s*(\S.*?)-(\d+)\s+\[\d+\]\s+(\S+)\s+(\d+\.\d+): (\w+):? ?(.*)$')
 
 
 def segments(path, comm):
@@ -33,7 +37,7 @@ def segments(path, comm):
         m = EVENT.match(line)
         if not m:
             continue
-        task, t, name, rest = m.group(1), float(m.group(3)) * 1e6, m.group(4), m.group(5)
+        task, t, name, rest = m.group(1), float(m.group(4)) * 1e6, m.group(5), m.group(6)
         if name == "sys_write" and task.startswith(comm):
             if "fd:" in rest:  # entry
                 if enter is not None:
@@ -55,6 +59,39 @@ def segments(path, comm):
     return ops, detours, seg
 
 
+def wakeups(path, comm):
+    """How ksoftirqd was woken in each complete round trip of COMM (from one doorbell to the
+    next): {"round trips", "preempting", "not preempting", "quiet", "runs"}, where "runs" lists
+    the lengths of the runs of consecutive round trips without a detour."""
+    comm = comm[:15]
+    kinds = []  # per complete round trip: "preempting", "not preempting" or "quiet"
+    current = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = EVENT.match(line)
+            if not m:
+                continue
+            task, flags, name, rest = m.group(1), m.group(3), m.group(5), m.group(6)
+            if name == "sys_write" and task.startswith(comm) and "fd:" in rest:
+                if current is not None:
+                    kinds.append(current)
+                current = "quiet"
+            elif name == "sched_wakeup" and current is not None and "comm=ksoftirqd/" in rest:
+                current = "preempting" if flags[1:2] == "N" else "not preempting"
+    runs, run = [], 0
+    for k in kinds:
+        if k == "preempting":
+            if run:
+                runs.append(run)
+            run = 0
+        else:
+            run += 1
+    if run:
+        runs.append(run)
+    return {"round trips": len(kinds), "preempting": kinds.count("preempting"),
+            "not preempting": kinds.count("not preempting"), "quiet": kinds.count("quiet"), "runs": runs}
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: read_timeline.py TRACE COMM")
@@ -64,6 +101,12 @@ def main():
     med = {k: statistics.median(v) if v else 0.0 for k, v in seg.items()}
     print(f"{sys.argv[2]:16s} ops {ops:6d}  ksoftirqd detours {100.0 * detours / ops:5.1f} %  "
           + "  ".join(f"{k} {med[k]:6.1f}" for k in ("write", "switch", "ksoftirqd", "user", "round trip")))
+    w = wakeups(sys.argv[1], sys.argv[2])
+    if w["preempting"] + w["not preempting"] > 0:  # traced with sched_wakeup
+        runs = w["runs"]
+        print(f"{'':16s} ksoftirqd wake-ups: preempting {w['preempting']}, not preempting {w['not preempting']}, "
+              f"none (quiet) {w['quiet']} of {w['round trips']}; runs without a detour: {len(runs)}, "
+              f"median length {statistics.median(runs) if runs else 0:g}")
 
 
 if __name__ == "__main__":
