@@ -14,7 +14,7 @@ Segments of each round trip:
   user      back in user space until the next doorbell (the poll, the completion, the
             caller's code and the next post).
 With sched_wakeup in the trace it also tells why a round trip had no detour: every wake-up of
-ksoftirqd that sets need-resched ('N' in the event's flags) is a detour; a wake-up that does not
+ksoftirqd that sets need-resched ('N' or 'n' in the event's flags) is a detour; a wake-up that does not
 leaves ksoftirqd runnable but not running, so the raises of the next round trips wake nobody
 (quiet) until it runs. The round trips without a detour come in such runs.
 """
@@ -77,7 +77,8 @@ def wakeups(path, comm):
                     kinds.append(current)
                 current = "quiet"
             elif name == "sched_wakeup" and current is not None and "comm=ksoftirqd/" in rest:
-                current = "preempting" if flags[1:2] == "N" else "not preempting"
+                # The second flag is need-resched: 'N' (and 'n', 'p' on newer kernels) or '.'.
+                current = "preempting" if flags[1:2] in ("N", "n", "p") else "not preempting"
     runs, run = [], 0
     for k in kinds:
         if k == "preempting":

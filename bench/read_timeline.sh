@@ -4,10 +4,11 @@
 # cached shoal-kv GET (client on CPU 0, server on CPU 1), all 128 B / 32 B values, one boot:
 #   tests/softroce/run-in-guest.sh --timeout 600 --rw "$PWD/build/release" -- \
 #       sh -c "cd $PWD && bench/read_timeline.sh build/release"
-# Records CPU 0's tracepoints (write(2) entry/exit, sched_switch, sched_wakeup) with ftrace while each runs,
-# then bench/read_timeline.py splits every round trip into the doorbell write (the READ itself,
-# run by rxe on this CPU), the detour through ksoftirqd and the user-space part; medians in µs;
-# and which round trips woke ksoftirqd with or without preempting the client, or not at all.
+# Records CPU 0's tracepoints (write(2) entry/exit, sched_switch, sched_wakeup) with ftrace
+# while each runs, then bench/read_timeline.py splits every round trip into the doorbell write
+# (the READ itself, run by rxe on this CPU), the detour through ksoftirqd and the user-space
+# part (medians in µs), and tells which round trips woke ksoftirqd with or without preempting
+# the client, or not at all.
 # Tracing slows every segment (the round trips are ~1.3x longer than untraced): compare the
 # rows with each other, not with untraced numbers. Needs root (the guest's) for tracefs.
 set -u
