@@ -18,11 +18,21 @@ ksoftirqd that sets need-resched ('N' or 'n' in the event's flags) is a detour; 
 leaves ksoftirqd runnable but not running, so the raises of the next round trips wake nobody
 (quiet) until it runs. The round trips without a detour come in such runs.
 """
+import functools
 import re
 import statistics
 import sys
 
 EVENT = re.compile(r'^\s*(\S.*?)-(\d+)\s+\[\d+\]\s+(\S+)\s+(\d+\.\d+): (\w+):? ?(.*)$')
+
+
+@functools.lru_cache(maxsize=4)
+def events(path):
+    """The trace's events as (task, flags, µs, event name, the rest), read and parsed once per
+    file however many of the functions below look at it."""
+    with open(path, errors="replace") as f:
+        return tuple((m.group(1), m.group(3), float(m.group(4)) * 1e6, m.group(5), m.group(6))
+                     for m in map(EVENT.match, f) if m)
 
 
 def segments(path, comm):
@@ -31,13 +41,7 @@ def segments(path, comm):
     seg = {"write": [], "switch": [], "ksoftirqd": [], "user": [], "round trip": []}
     ops = detours = 0
     enter = leave = away = back = None
-    with open(path, errors="replace") as f:
-        lines = f.readlines()
-    for line in lines:
-        m = EVENT.match(line)
-        if not m:
-            continue
-        task, t, name, rest = m.group(1), float(m.group(4)) * 1e6, m.group(5), m.group(6)
+    for task, _, t, name, rest in events(path):
         if name == "sys_write" and task.startswith(comm):
             if "fd:" in rest:  # entry
                 if enter is not None:
@@ -66,19 +70,14 @@ def wakeups(path, comm):
     comm = comm[:15]
     kinds = []  # per complete round trip: "preempting", "not preempting" or "quiet"
     current = None
-    with open(path, errors="replace") as f:
-        for line in f:
-            m = EVENT.match(line)
-            if not m:
-                continue
-            task, flags, name, rest = m.group(1), m.group(3), m.group(5), m.group(6)
-            if name == "sys_write" and task.startswith(comm) and "fd:" in rest:
-                if current is not None:
-                    kinds.append(current)
-                current = "quiet"
-            elif name == "sched_wakeup" and current is not None and "comm=ksoftirqd/" in rest:
-                # The second flag is need-resched: 'N' (and 'n', 'p' on newer kernels) or '.'.
-                current = "preempting" if flags[1:2] in ("N", "n", "p") else "not preempting"
+    for task, flags, _, name, rest in events(path):
+        if name == "sys_write" and task.startswith(comm) and "fd:" in rest:
+            if current is not None:
+                kinds.append(current)
+            current = "quiet"
+        elif name == "sched_wakeup" and current is not None and "comm=ksoftirqd/" in rest:
+            # The second flag is need-resched: 'N' (and 'n', 'p' on newer kernels) or '.'.
+            current = "preempting" if flags[1:2] in ("N", "n", "p") else "not preempting"
     runs, run = [], 0
     for k in kinds:
         if k == "preempting":
