@@ -5,6 +5,7 @@
 #include "net/message.hh"
 #include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
+#include "net/rdma/op_completion.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/queue_pair.hh"
 #include "net/socket_address.hh"
@@ -46,6 +47,15 @@ public:
     /// Uses one of the peer's receive credits.
     future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm) {
         return impl().write_with_imm(std::move(src), dst, offset, imm);
+    }
+    /// `read` whose outcome goes to `done` (see `op_completion`) instead of a future: the
+    /// completion calls it directly. `done` must live until it is called.
+    void read(local_span dst, const remote_region& src, uint64_t offset, op_completion& done) noexcept {
+        impl().read(std::move(dst), src, offset, done);
+    }
+    /// `write` whose outcome goes to `done` (see the `read` that takes one).
+    void write(local_span src, const remote_region& dst, uint64_t offset, op_completion& done) noexcept {
+        impl().write(std::move(src), dst, offset, done);
     }
     /// Atomic fetch-and-add on the 8-byte word at `offset` of `dst`; yields the previous value.
     future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {

@@ -88,7 +88,11 @@ public:
     }
     buffer(const buffer&) = delete;
     buffer& operator=(const buffer&) = delete;
-    ~buffer() { reset(); }
+    ~buffer() {
+        if (_d) { // an empty buffer (moved from, never allocated) costs no call
+            reset();
+        }
+    }
 
     /// Start of the buffer's memory.
     char* data() const noexcept { return _d->data; }

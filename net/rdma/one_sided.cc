@@ -236,6 +236,55 @@ future<> connection_impl::read(local_span dst, const remote_region& src, uint64_
         as, false, [this, dst = std::move(dst), src, offset] { return issue_read(dst, src, offset); });
 }
 
+void connection_impl::complete_when_ready(future<> f, op_completion& done) noexcept {
+    if (f.available()) {
+        done.complete(f.failed() ? f.get_exception() : nullptr);
+        return;
+    }
+    (void)std::move(f).then_wrapped(
+        [&done](future<> r) { done.complete(r.failed() ? r.get_exception() : nullptr); });
+}
+
+void connection_impl::read(local_span dst, const remote_region& src, uint64_t offset,
+                           op_completion& done) noexcept {
+    start_notified(send_slot::op::read, std::move(dst), src, offset, done);
+}
+
+void connection_impl::write(local_span src, const remote_region& dst, uint64_t offset,
+                            op_completion& done) noexcept {
+    start_notified(send_slot::op::write, std::move(src), dst, offset, done);
+}
+
+void connection_impl::start_notified(send_slot::op kind, local_span local, const remote_region& rr,
+                                     uint64_t offset, op_completion& done) noexcept {
+    const bool read = kind == send_slot::op::read;
+    if (auto ex = check_transfer(read ? "READ" : "WRITE", local.length, rr, offset)) {
+        done.complete(std::move(ex));
+        return;
+    }
+    if (must_wait(false)) { // behind earlier operations: through the future path, at its turn
+        try {
+            complete_when_ready(start_op<void>(false,
+                                               [this, read, local = std::move(local), rr, offset] {
+                                                   return read ? issue_read(local, rr, offset)
+                                                               : issue_write(local, rr, offset);
+                                               }),
+                                done);
+        } catch (...) {
+            done.complete(std::current_exception());
+        }
+        return;
+    }
+    // Its turn is now (nothing queued, nothing reserved): no turn to take, no promise to make.
+    send_slot& s = prepare_one_sided(kind, local, rr, offset);
+    s.wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    if (!read && local.length <= _max_inline && local.length > 0) {
+        s.wr.send_flags |= IBV_SEND_INLINE;
+    }
+    s.notify = &done;
+    append(s);
+}
+
 future<> connection_impl::issue_read(const local_span& dst, const remote_region& src, uint64_t offset) {
     take_turn(false);
     send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);

@@ -195,6 +195,8 @@ void connection_impl::fail_unposted() noexcept {
 
 void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc*) noexcept {
     bool ok = status == IBV_WC_SUCCESS;
+    op_completion* notify = std::exchange(s.notify, nullptr);
+    std::exception_ptr notify_error;
     switch (s.kind) {
     case send_slot::op::fin:
         // A peer that ended its own side and left no longer cares that ours ended: not an error.
@@ -218,7 +220,11 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
     case send_slot::op::read:
     case send_slot::op::write:
     case send_slot::op::write_imm:
-        if (ok) {
+        if (notify) {
+            if (!ok) {
+                notify_error = op_error(s, status);
+            }
+        } else if (ok) {
             s.done.set_value();
         } else {
             s.done.set_exception(op_error(s, status));
@@ -256,6 +262,11 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
     s.held.reset();
     s.window.reset();
     s.kind = send_slot::op::free;
+    // Last: the slot is free and its memory released, so the receiver may issue operations that
+    // take it again, or close the connection.
+    if (notify) {
+        notify->complete(std::move(notify_error));
+    }
 }
 
 void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept {
@@ -267,6 +278,11 @@ void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept 
     std::exception_ptr failure;
     if (wc.status != IBV_WC_SUCCESS && _state != state::closing && _state != state::closed) {
         failure = wc.status != IBV_WC_WR_FLUSH_ERR ? op_error(s, wc.status) : closed_error();
+    }
+    if (failure && !_error) {
+        // Set before the retired slots' completions run: one of them may close the connection,
+        // which then keeps this reason rather than a plain "closed".
+        _error = failure;
     }
     while (_tail <= target && _tail < _posted) {
         send_slot& t = _slots[_tail % _depth];
@@ -283,6 +299,9 @@ void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept 
 }
 
 void connection_impl::serve_senders() noexcept {
+    if (_space_waiters.empty() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
+        return; // nobody waits for the slot or credit (one-sided traffic alone)
+    }
     // Fair between the stream and queued one-sided operations: the first queued operation gets
     // its turn before the stream takes what it can (else a busy stream took every credit and a
     // queued WRITE_WITH_IMM waited for as long as the stream had bytes), then the rest.

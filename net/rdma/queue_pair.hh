@@ -9,6 +9,7 @@
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/memory_window.hh"
+#include "net/rdma/op_completion.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/private_data.hh"
 #include "net/socket_address.hh"
@@ -138,6 +139,7 @@ struct send_slot final : completion_handler {
     buffer copy;                          // pool copy of stream bytes
     held_buffers held;                    // caller memory sent in place
     promise<> done;                       // READ / WRITE / WRITE_WITH_IMM / window bind and invalidate
+    op_completion* notify = nullptr;      // READ / WRITE issued with an op_completion (instead of `done`)
     std::shared_ptr<window_state> window; // the window a bind or invalidate works on
     promise<uint64_t> value;              // atomics: the previous value
     /// Passes the completion to the connection, which retires this slot and the ones before it.
@@ -246,6 +248,9 @@ public:
     /// See `rdma::connection::compare_swap`; the remote address must be 8-byte aligned.
     future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
                                   uint64_t desired);
+    /// READ / WRITE whose outcome goes to `done`: see `rdma::connection`.
+    void read(local_span dst, const remote_region& src, uint64_t offset, op_completion& done) noexcept;
+    void write(local_span src, const remote_region& dst, uint64_t offset, op_completion& done) noexcept;
     /// The operations above, cancelled by `as`: see `rdma::connection`.
     future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as);
     future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as);
@@ -400,6 +405,11 @@ private:
     future<T> start_abortable(abort_source& as, bool needs_credit, Issue issue);
     send_slot& prepare_one_sided(send_slot::op kind, const local_span& local, const remote_region& rr,
                                  uint64_t offset) noexcept;
+    /// The READ or WRITE (`kind`) of `rdma::connection` whose outcome goes to `done`.
+    void start_notified(send_slot::op kind, local_span local, const remote_region& rr, uint64_t offset,
+                        op_completion& done) noexcept;
+    /// Hands `f`'s outcome to `done` when it is ready (an operation that waited for its turn).
+    static void complete_when_ready(future<> f, op_completion& done) noexcept;
     uint64_t* atomic_result(const send_slot& s) noexcept;
     // Post one operation now (its turn has come and a slot, and credit, is free).
     future<> issue_read(const local_span& dst, const remote_region& src, uint64_t offset);
