@@ -16,7 +16,8 @@
 # KV_BENCH_OLD=PATH (another build's shoal-kv-bench, its shoal-kv next to it): before/after
 # instead — per round (KV_BENCH_ROUNDS, 3), ib_read_lat 128 B and 4 KB, then the cached GET cells
 # of the old and of this build, each against its own build's server, alternating (which goes
-# first alternates by round); the ratios to ib_read_lat of the same round. KV_BENCH_TIME=1:
+# first alternates by round); the ratios to ib_read_lat of the same round (KV_BENCH_ZERO_COPY=1:
+# those cells GET into a registered buffer, get_into, instead of get_one). KV_BENCH_TIME=1:
 # this build's cached cells with --time-gets (after the rounds when comparing, and
 # KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too). KV_BENCH_FIFO=1: at the
 # end, ib_read_lat 128 B and the cached get_into of 32 B again with both clients under
@@ -39,6 +40,7 @@ if [ -n "${KV_BENCH_OLD:-}" ]; then
         cc_which=$1 cc_bench=$2
         start_kv_server "$3"
         shift 3
+        [ "${KV_BENCH_ZERO_COPY:-}" = 1 ] && set -- "$@" --zero-copy
         bench_with "$cc_bench" "$cc_which: rdma GET 32 B, cached location" --transport rdma --port 11400 \
             --value-size 32 --get-ratio 1 "$@"
         eval "${cc_which}_small=$(p50)"

@@ -2,6 +2,7 @@
 
 #include "core/coroutine.hh"
 #include "core/future_util.hh"
+#include "core/small_pool.hh"
 #include "kv/hash.hh"
 #include "kv/message_queue.hh"
 #include "kv/record.hh"
@@ -319,12 +320,9 @@ const rdma_transport::location* rdma_transport::cached(const std::string& key,
     return it != _cache.end() && it->second.len <= max_len ? &it->second : nullptr;
 }
 
-std::exception_ptr rdma_transport::read_failed(shard_conn& s, future<>& f) noexcept {
-    if (!f.failed()) {
-        return nullptr;
-    }
+std::exception_ptr rdma_transport::read_error(shard_conn& s, std::exception_ptr error) noexcept {
     try {
-        std::rethrow_exception(f.get_exception());
+        std::rethrow_exception(std::move(error));
     } catch (const std::exception& e) {
         return std::make_exception_ptr(broken_by(s, e));
     } catch (...) {
@@ -337,68 +335,94 @@ void rdma_transport::stale(const std::string& key) noexcept {
     _cache.erase(key);
 }
 
-// The cached GET: no coroutine. Its READ's completion runs one continuation (from the shard's
-// small-object pool, no malloc) that validates the record and resolves the GET; a coroutine
-// would cost a frame from malloc and hand its result over in one more task.
-future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
-    const location* at = cached(key, UINT32_MAX);
-    if (!at) {
-        return read_value<fetched_value>(std::move(key), {});
+// A cached GET in flight. The READ's completion calls `complete` straight from the CQ poll: it
+// validates the record and resolves the GET, whose caller then runs in the one task of the GET.
+// Neither a coroutine frame (from malloc) nor a continuation task sits in between. Objects come
+// from the shard's small-object pool.
+template <typename Result>
+struct rdma_transport::cached_read final : net::rdma::op_completion {
+    static constexpr bool into_dst = std::is_same_v<Result, placed_value>;
+
+    cached_read(rdma_transport& t, std::string&& key, rdma::local_span&& dst, std::shared_ptr<shard_conn> s,
+                uint32_t len) noexcept
+        : t(t)
+        , key(std::move(key))
+        , dst(std::move(dst))
+        , s(std::move(s))
+        , len(len) {}
+
+    rdma_transport& t;
+    std::string key;
+    rdma::local_span dst; ///< `get_into`: the caller's buffer; `get_one`: a pool buffer of its own
+    rdma::buffer own;     ///< `get_one`: that pool buffer
+    std::shared_ptr<shard_conn> s;
+    uint32_t len;
+    promise<std::optional<Result>> done;
+
+    void complete(std::exception_ptr error) noexcept override {
+        std::unique_ptr<cached_read> self(this);
+        if (error) {
+            done.set_exception(t.read_error(*s, std::move(error)));
+            return;
+        }
+        std::optional<record::view> v = t.decode(dst.addr, len, key);
+        if (!v) { // it raced a change: through the server
+            t.stale(key);
+            rdma::local_span into = into_dst ? std::move(dst) : rdma::local_span{};
+            t.read_value<Result>(std::move(key), std::move(into)).forward_to(std::move(done));
+            return;
+        }
+        ++t._stats.direct_reads;
+        if constexpr (into_dst) {
+            ++t._stats.zero_copy_gets;
+            done.set_value(
+                placed_value{size_t(v->value.data() - dst.addr), v->value.size(), v->flags, v->version});
+        } else {
+            try {
+                done.set_value(fetched_value{std::string(v->value), v->flags, v->version});
+            } catch (...) {
+                done.set_exception(std::current_exception());
+            }
+        }
     }
-    const location loc = *at;
-    rdma::buffer b;
-    try {
-        b = rdma::shard_context::local().pool().allocate(loc.len);
-    } catch (...) {
-        return make_exception_future<std::optional<fetched_value>>(std::current_exception());
+
+    static void* operator new(size_t n) { return shoal::internal::small_pool::allocate(n); }
+    static void operator delete(void* p, size_t n) noexcept { shoal::internal::small_pool::deallocate(p, n); }
+};
+
+template <typename Result>
+future<std::optional<Result>> rdma_transport::read_cached(const location& loc, std::string&& key,
+                                                          rdma::local_span&& dst) {
+    auto* op = new cached_read<Result>(*this, std::move(key), std::move(dst), _shards[loc.shard], loc.len);
+    if constexpr (!cached_read<Result>::into_dst) {
+        try {
+            op->own = rdma::shard_context::local().pool().allocate(loc.len);
+            op->dst = rdma::span_of(op->own, 0, loc.len);
+        } catch (...) {
+            delete op;
+            return make_exception_future<std::optional<Result>>(std::current_exception());
+        }
     }
-    std::shared_ptr<shard_conn> s = _shards[loc.shard];
+    future<std::optional<Result>> f = op->done.get_future();
     ++_stats.reads;
-    future<> read = s->c.read(rdma::span_of(b, 0, loc.len), rdma::remote_region{loc.addr, loc.rkey, loc.len});
-    return std::move(read).then_wrapped(
-        [this, key = std::move(key), b = std::move(b), s = std::move(s),
-         len = loc.len](future<> f) mutable -> future<std::optional<fetched_value>> {
-            if (std::exception_ptr ex = read_failed(*s, f)) {
-                return make_exception_future<std::optional<fetched_value>>(ex);
-            }
-            std::optional<record::view> v = decode(b.data(), len, key);
-            if (!v) {
-                stale(key);
-                return read_value<fetched_value>(std::move(key), {});
-            }
-            ++_stats.direct_reads;
-            return make_ready_future<std::optional<fetched_value>>(
-                fetched_value{std::string(v->value), v->flags, v->version});
-        });
+    // The span without a hold: `op` holds the memory until the completion (a flush included).
+    op->s->c.read(rdma::local_span{op->dst.addr, loc.len, op->dst.lkey, {}},
+                  rdma::remote_region{loc.addr, loc.rkey, loc.len}, 0, *op);
+    return f;
 }
 
-// As `get_one`, into the caller's buffer.
-future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
-    const location* at = cached(key, dst.length);
-    if (!at) {
-        return read_value<placed_value>(std::move(key), std::move(dst));
+future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
+    if (const location* at = cached(key, UINT32_MAX)) {
+        return read_cached<fetched_value>(*at, std::move(key), rdma::local_span{});
     }
-    const location loc = *at;
-    std::shared_ptr<shard_conn> s = _shards[loc.shard];
-    ++_stats.reads;
-    future<> read = s->c.read(rdma::local_span{dst.addr, loc.len, dst.lkey, dst.hold},
-                              rdma::remote_region{loc.addr, loc.rkey, loc.len});
-    return std::move(read).then_wrapped(
-        [this, key = std::move(key), dst = std::move(dst), s = std::move(s),
-         len = loc.len](future<> f) mutable -> future<std::optional<placed_value>> {
-            if (std::exception_ptr ex = read_failed(*s, f)) {
-                return make_exception_future<std::optional<placed_value>>(ex);
-            }
-            std::optional<record::view> v = decode(dst.addr, len, key);
-            if (!v) {
-                stale(key);
-                return read_value<placed_value>(std::move(key), std::move(dst));
-            }
-            ++_stats.direct_reads;
-            ++_stats.zero_copy_gets;
-            return make_ready_future<std::optional<placed_value>>(
-                placed_value{size_t(v->value.data() - dst.addr), v->value.size(), v->flags, v->version});
-        });
+    return read_value<fetched_value>(std::move(key), {});
+}
+
+future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
+    if (const location* at = cached(key, dst.length)) {
+        return read_cached<placed_value>(*at, std::move(key), std::move(dst));
+    }
+    return read_value<placed_value>(std::move(key), std::move(dst));
 }
 
 template <typename Result>

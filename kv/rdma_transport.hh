@@ -147,9 +147,16 @@ private:
     /// The cached location of `key` when a GET can READ it at once (open, every shard connected,
     /// not timing GETs, the record no longer than `max_len`), else null.
     const location* cached(const std::string& key, uint32_t max_len) const noexcept;
-    /// The READ of a cached location finished as `f` on `s`: null when it succeeded, else the
-    /// `connection` error to fail the GET with (`s` is broken).
-    std::exception_ptr read_failed(shard_conn& s, future<>& f) noexcept;
+    /// The READ of a cached location on `s` failed with `error`: the `connection` error to fail
+    /// the GET with (`s` is broken).
+    std::exception_ptr read_error(shard_conn& s, std::exception_ptr error) noexcept;
+    /// A GET served by a READ of `key`'s cached location `loc` (see `cached_read`); into `dst`
+    /// for `placed_value`, into a pool buffer of its own for `fetched_value`.
+    template <typename Result>
+    future<std::optional<Result>> read_cached(const location& loc, std::string&& key,
+                                              net::rdma::local_span&& dst);
+    template <typename Result>
+    struct cached_read;
     /// A cached READ whose record did not validate (it raced a change): the location is dropped
     /// (the GET goes on through the server).
     void stale(const std::string& key) noexcept;
