@@ -133,14 +133,20 @@ public:
         tl_shard_id = id;
         internal::set_local_reactor(&r);
         smp_poller sp(*this, id);
-        r.register_poller(&sp);
-        r.set_pending_work_check([&sp] { return sp.has_incoming(); });
+        // A single shard has no peer to exchange messages with: its loop polls no queues.
+        const bool has_peers = _n > 1;
+        if (has_peers) {
+            r.register_poller(&sp);
+            r.set_pending_work_check([&sp] { return sp.has_incoming(); });
+        }
         _reactors[id] = &r;
         _started.fetch_add(1, std::memory_order_acq_rel);
         while (_started.load(std::memory_order_acquire) < _n) {
             if (_start_aborted.load(std::memory_order_acquire)) {
                 // Another shard could not start: leave without running anything.
-                r.unregister_poller(&sp);
+                if (has_peers) {
+                    r.unregister_poller(&sp);
+                }
                 internal::set_local_reactor(nullptr);
                 tl_shard_id = 0;
                 return;
@@ -167,7 +173,9 @@ public:
             std::this_thread::yield();
         }
         sp.poll();
-        r.unregister_poller(&sp);
+        if (has_peers) {
+            r.unregister_poller(&sp);
+        }
         _finished.fetch_add(1, std::memory_order_acq_rel);
         while (_finished.load(std::memory_order_acquire) < _n) {
             std::this_thread::yield();
