@@ -328,10 +328,6 @@ void shard_context::watch_give_back(std::chrono::milliseconds period) noexcept {
     _give_back_timer.arm(period);
 }
 
-void shard_context::mark_dirty(internal::connection_impl* c) noexcept {
-    _dirty.push_back(c);
-}
-
 void shard_context::mark_starved(internal::connection_impl* c) noexcept {
     _starved.push_back(c);
 }
@@ -367,7 +363,7 @@ bool shard_context::before_poll() noexcept {
     return post_dirty() || held;
 }
 
-bool shard_context::post_dirty() noexcept {
+bool shard_context::post_queued() noexcept {
     bool work = false;
     if (!_starved.empty()) {
         for (size_t i = 0; i < _starved.size();) {

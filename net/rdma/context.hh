@@ -143,7 +143,7 @@ public:
     /// Forgets a connection whose verbs resources are gone.
     void remove_connection(internal::connection_impl* c, ibv_cq* cq, unsigned send_queue_depth) noexcept;
     /// `c` has work requests or credits to post: done once per poll, as one list per QP.
-    void mark_dirty(internal::connection_impl* c) noexcept;
+    void mark_dirty(internal::connection_impl* c) noexcept { _dirty.push_back(c); }
     /// Posts for `c` again after the tasks of this reactor round have run (a credit-only
     /// message held back so that a reply written by those tasks can carry the credits).
     void post_next_round(internal::connection_impl* c) noexcept { _next_round.push_back(c); }
@@ -195,7 +195,8 @@ private:
     bool before_poll() noexcept override;
     bool after_poll() noexcept override;
     /// Posts what connections queued (and retries starved ones); true when it did anything.
-    bool post_dirty() noexcept;
+    bool post_dirty() noexcept { return (_dirty.empty() && _starved.empty()) ? false : post_queued(); }
+    bool post_queued() noexcept;
     void on_receive(const ibv_wc& wc, buffer& buf) noexcept override;
     void on_cm_readable() noexcept;
     void on_async_readable() noexcept;

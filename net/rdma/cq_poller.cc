@@ -167,7 +167,8 @@ void cq_poller::unreserve(ibv_cq* cq, unsigned entries) noexcept {
     }
 }
 
-unsigned cq_poller::poll_batch(queue& q) noexcept {
+// Inlined into `poll`, `drain` and `try_arm`: one call less per poll.
+[[gnu::always_inline]] inline unsigned cq_poller::poll_batch(queue& q) noexcept {
     int n = ibv_poll_cq(q.cq, int(_batch), _wcs.data());
     if (n <= 0) {
         if (n < 0) {

@@ -2,13 +2,7 @@
 
 namespace shoal::net::rdma {
 
-namespace {
-thread_local fault_injector tl_faults;
-}
-
-fault_injector& faults() noexcept {
-    return tl_faults;
-}
+constinit thread_local fault_injector internal::tl_fault_injector;
 
 void fault_injector::arm(fault f, unsigned skip, unsigned times) noexcept {
     point& p = _points[unsigned(f)];

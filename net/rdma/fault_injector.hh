@@ -44,8 +44,15 @@ private:
     bool _armed = false;
 };
 
+namespace internal {
+/// The fault points of each thread (constant-initialized: no guard or wrapper on access).
+extern constinit thread_local fault_injector tl_fault_injector;
+} // namespace internal
+
 /// The calling shard's fault injector.
-fault_injector& faults() noexcept;
+inline fault_injector& faults() noexcept {
+    return internal::tl_fault_injector;
+}
 
 namespace internal {
 /// At a fault point: true when `f` is to fail now (one branch when nothing is armed).

@@ -61,20 +61,10 @@ void internal::buffer_desc::unref_elsewhere() noexcept {
     });
 }
 
-size_t buffer::capacity() const noexcept {
-    return _d->pool->_classes[_d->size_class].size;
-}
-
 net::temporary_buffer buffer::into_temporary_buffer(size_t length) && noexcept {
     internal::buffer_desc* d = std::exchange(_d, nullptr);
     assert(d && length <= d->pool->_classes[d->size_class].size);
     return net::temporary_buffer(d->data, length, d); // the buffer's reference moves over
-}
-
-void buffer::reset() noexcept {
-    if (_d) {
-        std::exchange(_d, nullptr)->unref(); // the last reference frees it (release)
-    }
 }
 
 // --- memory_pool
@@ -218,6 +208,7 @@ bool memory_pool::carve_slab(size_class& c, unsigned index) noexcept {
         d.pool = this;
         d.lkey = lkey;
         d.size_class = uint16_t(index);
+        d.size_shift = uint8_t(std::countr_zero(c.size));
         d.next_free = c.free;
         c.free = &d;
     }

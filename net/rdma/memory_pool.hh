@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <infiniband/verbs.h>
@@ -59,6 +60,7 @@ public:
     buffer_desc* next_free = nullptr;
     uint32_t lkey = 0;
     uint16_t size_class = 0;
+    uint8_t size_shift = 0; // the size class's bytes are 1 << size_shift (the buffer's capacity)
     bool needs_ref = false; // the owner's count dropped to zero before; ref() before reuse
     /// Made on the pool's shard: its count is only touched there (see `buffer_owner`).
     buffer_desc() noexcept { stay_home(); }
@@ -97,7 +99,7 @@ public:
     /// Start of the buffer's memory.
     char* data() const noexcept { return _d->data; }
     /// Usable bytes (the size class, at least what was asked for).
-    size_t capacity() const noexcept;
+    size_t capacity() const noexcept { return size_t(1) << _d->size_shift; }
     /// The local key of the registered region holding the buffer.
     uint32_t lkey() const noexcept { return _d->lkey; }
     /// True when it holds a buffer.
@@ -108,8 +110,13 @@ public:
     /// Gives the buffer up as a temporary_buffer of its first `length` bytes, without copying;
     /// the memory returns to the pool when the last reference (slices included) is dropped.
     net::temporary_buffer into_temporary_buffer(size_t length) && noexcept;
-    /// Returns the buffer to its pool now.
-    void reset() noexcept;
+    /// Returns the buffer to its pool now (or drops this reference, when spans or temporary
+    /// buffers made from it still hold it).
+    void reset() noexcept {
+        if (_d) {
+            std::exchange(_d, nullptr)->unref(); // the last reference frees it (release)
+        }
+    }
 
 private:
     friend class memory_pool;

@@ -46,10 +46,6 @@ const char* op_name(send_slot::op k) noexcept {
 }
 } // namespace
 
-void send_slot::complete(const ibv_wc& wc) noexcept {
-    conn->on_send_complete(*this, wc);
-}
-
 std::exception_ptr connection_impl::closed_error() const {
     return std::make_exception_ptr(
         connection_closed("RDMA connection to " + _peer_addr.to_string() + " is closed"));
@@ -76,42 +72,6 @@ std::exception_ptr connection_impl::op_error(const send_slot& s, ibv_wc_status s
         return std::make_exception_ptr(remote_access_error(what));
     }
     return std::make_exception_ptr(connection_closed(what));
-}
-
-void connection_impl::need_post() noexcept {
-    if (!_dirty && !_resources_gone) {
-        _dirty = true;
-        _ctx->mark_dirty(this);
-    }
-}
-
-send_slot& connection_impl::next_slot() noexcept {
-    send_slot& s = _slots[_head % _depth];
-    s.seq = _head;
-    s.kind = send_slot::op::free;
-    s.signaled = false;
-    s.wr = ibv_send_wr{};
-    s.wr.wr_id = wr_id_of(&s);
-    s.wr.sg_list = &s.sge;
-    s.wr.num_sge = 1;
-    s.sge = ibv_sge{};
-    return s;
-}
-
-void connection_impl::append(send_slot& s) noexcept {
-    if (!s.signaled && ++_unsignaled_run >= _opts.signal_every) {
-        s.signaled = true;
-    }
-    if (s.signaled) {
-        s.wr.send_flags |= IBV_SEND_SIGNALED;
-        _unsignaled_run = 0;
-    }
-    s.wr.next = nullptr;
-    if (_head > _posted) {
-        _slots[(_head - 1) % _depth].wr.next = &s.wr;
-    }
-    ++_head;
-    need_post();
 }
 
 void connection_impl::post_pending() noexcept {
@@ -269,7 +229,8 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
     }
 }
 
-void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept {
+[[gnu::always_inline]] inline void connection_impl::on_send_complete(send_slot& s,
+                                                                     const ibv_wc& wc) noexcept {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
     // Completions of one send queue arrive in order: this one retires every unsignaled request
     // posted before it (they succeeded; after an error each request completes on its own).
@@ -298,10 +259,13 @@ void connection_impl::on_send_complete(send_slot& s, const ibv_wc& wc) noexcept 
     }
 }
 
-void connection_impl::serve_senders() noexcept {
-    if (_space_waiters.empty() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
-        return; // nobody waits for the slot or credit (one-sided traffic alone)
-    }
+// The CQ poller's call for a send slot: `on_send_complete` is inlined here (its only caller),
+// one call less per completion.
+void send_slot::complete(const ibv_wc& wc) noexcept {
+    conn->on_send_complete(*this, wc);
+}
+
+void connection_impl::serve_waiting_senders() noexcept {
     // Fair between the stream and queued one-sided operations: the first queued operation gets
     // its turn before the stream takes what it can (else a busy stream took every credit and a
     // queued WRITE_WITH_IMM waited for as long as the stream had bytes), then the rest.
@@ -594,10 +558,8 @@ uint32_t connection_impl::take_ctrl_returns() noexcept {
     return k;
 }
 
-void connection_impl::maybe_queue_ctrl() noexcept {
-    if (_send_ctrl_credits == 0 || free_slots() == 0) {
-        return;
-    }
+void connection_impl::queue_ctrl() noexcept {
+    // Called by `maybe_queue_ctrl` with a slot and a control credit free, and credits or acks due.
     // Credits ride on data messages for free; a message of their own costs a whole send (on
     // rxe, a system call that runs the protocol). So they get one only when the peer is down to
     // half its window: in request/response traffic the next reply carries them, and a one-way
@@ -607,14 +569,8 @@ void connection_impl::maybe_queue_ctrl() noexcept {
     // runs out opens the window (adapt_window) at the message that emptied it. From 4 up, a
     // message that just arrived is answered by tasks that run after this poll, so a due
     // credit-only message waits one reactor round for a reply to carry the credits instead.
-    uint32_t window = _window;
-    uint32_t peer_has = _granted - _credits_to_return;
-    bool credits_due = _credits_to_return > 0 && (window < 4 ? peer_has == 0 : peer_has <= window / 2);
-    bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;
-    if (!credits_due && !acks_due) {
-        _ctrl_held = false;
-        return;
-    }
+    const uint32_t peer_has = _granted - _credits_to_return;
+    const bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;
     if (!acks_due && peer_has > 0 && !_ctrl_held) {
         _ctrl_held = true;
         _ctx->post_next_round(this);
@@ -630,10 +586,6 @@ void connection_impl::maybe_queue_ctrl() noexcept {
     --_send_ctrl_credits;
     ++_stats.ctrl_sent;
     append(s);
-}
-
-bool connection_impl::must_wait(bool needs_credit) const noexcept {
-    return !_space_waiters.empty() || _reserved_slots > 0 || !can_issue(needs_credit);
 }
 
 future<> connection_impl::wait_turn(bool needs_credit) {

@@ -6,6 +6,7 @@
 #include "net/message.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/completion.hh"
+#include "net/rdma/context.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/memory_window.hh"
@@ -207,7 +208,12 @@ public:
     /// due. Called by the context once per poll.
     void post_pending() noexcept;
     /// Has `post_pending` run at the end of this poll (once, however often it is asked).
-    void need_post() noexcept;
+    [[gnu::always_inline]] void need_post() noexcept {
+        if (!_dirty && !_resources_gone) {
+            _dirty = true;
+            _ctx->mark_dirty(this);
+        }
+    }
     /// A signaled send completed: retires it and the unsignaled requests before it; an error
     /// closes the connection.
     void on_send_complete(send_slot& s, const ibv_wc& wc) noexcept;
@@ -345,8 +351,36 @@ private:
     uint32_t free_credits() const noexcept {
         return _send_credits > _reserved_credits ? _send_credits - _reserved_credits : 0;
     }
-    send_slot& next_slot() noexcept;
-    void append(send_slot& s) noexcept;
+    /// The next free slot of the ring, cleared (the caller checked there is one).
+    [[gnu::always_inline]] send_slot& next_slot() noexcept {
+        send_slot& s = _slots[_head % _depth];
+        s.seq = _head;
+        s.kind = send_slot::op::free;
+        s.signaled = false;
+        s.wr = ibv_send_wr{};
+        s.wr.wr_id = wr_id_of(&s);
+        s.wr.sg_list = &s.sge;
+        s.wr.num_sge = 1;
+        s.sge = ibv_sge{};
+        return s;
+    }
+    /// Links `s` (filled) to the batch that `post_pending` posts; every `signal_every`-th
+    /// request is signaled. Always inlined: it is on every operation's path.
+    [[gnu::always_inline]] void append(send_slot& s) noexcept {
+        if (!s.signaled && ++_unsignaled_run >= _opts.signal_every) {
+            s.signaled = true;
+        }
+        if (s.signaled) {
+            s.wr.send_flags |= IBV_SEND_SIGNALED;
+            _unsignaled_run = 0;
+        }
+        s.wr.next = nullptr;
+        if (_head > _posted) {
+            _slots[(_head - 1) % _depth].wr.next = &s.wr;
+        }
+        ++_head;
+        need_post();
+    }
     /// Finishes a data message of `n` bytes in `s` (immediate with the credits returned, one
     /// send credit used, counters) and appends it to the batch.
     void append_data_message(send_slot& s, size_t n) noexcept;
@@ -355,7 +389,25 @@ private:
     /// The armed fault points of posting (tests): may move the QP to the error state; returns
     /// the error an injected ibv_post_send failure reports (0: none), with `bad` set.
     int inject_post_faults(ibv_send_wr*& bad) noexcept;
-    void maybe_queue_ctrl() noexcept;
+    /// Queues a credit-only message when the peer needs credits or control receives back (see
+    /// `queue_ctrl`); most polls find none due and return here.
+    void maybe_queue_ctrl() noexcept {
+        if (_send_ctrl_credits == 0 || free_slots() == 0) {
+            return;
+        }
+        if (!credits_due() && _ctrl_to_return < _opts.ctrl_credits) {
+            _ctrl_held = false;
+            return;
+        }
+        queue_ctrl();
+    }
+    /// Whether the peer is low enough on data credits that returning them cannot wait for a
+    /// data message to carry them (see `queue_ctrl`).
+    bool credits_due() const noexcept {
+        uint32_t peer_has = _granted - _credits_to_return;
+        return _credits_to_return > 0 && (_window < 4 ? peer_has == 0 : peer_has <= _window / 2);
+    }
+    void queue_ctrl() noexcept;
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
     bool consume_data_credit() noexcept;
@@ -374,10 +426,18 @@ private:
     void wake_space_waiters(unsigned max = ~0u) noexcept;
     /// Credits or slots came back: hands them to queued one-sided operations and the stream,
     /// fairly (see queue_pair.cc).
-    void serve_senders() noexcept;
+    void serve_senders() noexcept {
+        if (_space_waiters.empty() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
+            return; // nobody waits for a slot or credit (one-sided traffic alone)
+        }
+        serve_waiting_senders();
+    }
+    void serve_waiting_senders() noexcept;
     /// Whether a one-sided operation must queue behind earlier ones (or for space) rather than
     /// be issued now: operations are issued strictly in the order they were called.
-    bool must_wait(bool needs_credit) const noexcept;
+    [[gnu::always_inline]] bool must_wait(bool needs_credit) const noexcept {
+        return !_space_waiters.empty() || _reserved_slots > 0 || !can_issue(needs_credit);
+    }
     /// Resolves when it is this operation's turn, with a slot (and a credit if it needs one)
     /// reserved for it; the continuation must issue the operation at once.
     future<> wait_turn(bool needs_credit);
@@ -390,7 +450,11 @@ private:
     std::exception_ptr closed_error() const;
 
     // one-sided helpers (one_sided.cc)
-    bool can_issue(bool needs_credit) const noexcept;
+    /// Whether an operation may take a slot now: one stays free for control messages, and a
+    /// WRITE_WITH_IMM also needs a send credit.
+    [[gnu::always_inline]] bool can_issue(bool needs_credit) const noexcept {
+        return free_slots() > 1 && (!needs_credit || free_credits() > 0);
+    }
     /// Why a transfer of `len` bytes at `offset` of `rr` cannot start (null: it can).
     std::exception_ptr check_transfer(const char* op, uint64_t len, const remote_region& rr,
                                       uint64_t offset) const;
