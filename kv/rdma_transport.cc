@@ -295,7 +295,10 @@ void rdma_transport::remember(const std::string& key, const wire::response& h, u
     _cache[key] = location{h.addr, h.rkey, h.len, shard};
 }
 
-std::optional<record::view> rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
+// Inlined into the GET paths (as `cached`): in the emulated guest a call costs more than the
+// instructions around it (docs/performance.md, "Calls, not instructions").
+[[gnu::always_inline]] inline std::optional<record::view>
+rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
     record::view v;
     // The server's clock now, estimated from its last reply (whole seconds, never ahead of it
     // by more than the one-way delay): an item past its exptime is not served from a READ.
@@ -311,8 +314,8 @@ std::optional<record::view> rdma_transport::decode(const char* buf, uint32_t len
     return v;
 }
 
-const rdma_transport::location* rdma_transport::cached(const std::string& key,
-                                                       uint32_t max_len) const noexcept {
+[[gnu::always_inline]] inline const rdma_transport::location*
+rdma_transport::cached(const std::string& key, uint32_t max_len) const noexcept {
     if (_closed || _opts.time_cached_gets || !connected()) {
         return nullptr;
     }
@@ -391,8 +394,8 @@ struct rdma_transport::cached_read final : net::rdma::op_completion {
 };
 
 template <typename Result>
-future<std::optional<Result>> rdma_transport::read_cached(const location& loc, std::string&& key,
-                                                          rdma::local_span&& dst) {
+[[gnu::always_inline]] inline future<std::optional<Result>>
+rdma_transport::read_cached(const location& loc, std::string&& key, rdma::local_span&& dst) {
     auto* op = new cached_read<Result>(*this, std::move(key), std::move(dst), _shards[loc.shard], loc.len);
     if constexpr (!cached_read<Result>::into_dst) {
         try {
