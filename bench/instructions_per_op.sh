@@ -13,7 +13,8 @@
 #     and 3,000 iterations (the difference, so its setup cancels out).
 # The kernel's share (rxe runs each post's protocol in the posting system call) is not counted.
 # With OLD_BUILD_DIR, the same test binaries of that build are counted too, side by side.
-# Writes the callgrind files under BUILD_DIR/callgrind (callgrind_annotate reads them).
+# Prints instructions and calls per operation. Writes the callgrind files under BUILD_DIR/callgrind
+# (callgrind_annotate reads them).
 set -u
 build=${1:?usage: instructions_per_op.sh BUILD_DIR [OLD_BUILD_DIR]}
 old=${2:-}
@@ -48,21 +49,29 @@ for n in 1000 3000; do
     wait "$srv"
 done
 
-echo "| operation | build | user instructions per operation |"
-echo "| --- | --- | ---: |"
+# Calls per operation too: in the TCG guest a call and its return cost far more than the
+# straight-line instructions around them (docs/performance.md, "Calls, not instructions").
+calls_in() { awk '/^calls=/ {sub(/^calls=/, ""); n += $1} END {print n + 0}' "$1"; }
+echo "| operation | build | user instructions per operation | calls per operation |"
+echo "| --- | --- | ---: | ---: |"
 for f in "$out"/cg.new-* "$out"/cg.old-*; do
     [ -f "$f" ] || continue
     which=new
     case "$f" in *cg.old-*) which=old ;; esac
-    # Each marked loop is a dump of its own: "Client Request: NAME/N" and its instruction total.
-    awk -v which="$which" '/^desc: Trigger: Client Request:/ {sub(/^desc: Trigger: Client Request: /, ""); name=$0}
+    # Each marked loop is a dump of its own: "Client Request: NAME/N", its instruction total and
+    # the calls made in it.
+    awk -v which="$which" -v calls="$(calls_in "$f")" \
+        '/^desc: Trigger: Client Request:/ {sub(/^desc: Trigger: Client Request: /, ""); name=$0}
          /^summary:/ && name != "" {n=name; sub(/.*\//, "", n); sub(/\/[0-9]+$/, "", name);
-                                    printf "| %s | %s | %.0f |\n", name, which, $2 / n; name=""}' "$f"
+                                    printf "| %s | %s | %.0f | %.1f |\n", name, which, $2 / n, calls / n; name=""}' "$f"
 done
 a=$(awk '/^summary:/ {print $2}' "$out/cg.perftest.1000" 2>/dev/null)
 b=$(awk '/^summary:/ {print $2}' "$out/cg.perftest.3000" 2>/dev/null)
 if [ -n "$a" ] && [ -n "$b" ]; then
-    echo "| ib_read_lat READ 128 B (client) | perftest | $(echo "$a $b" | awk '{printf "%.0f", ($2 - $1) / 2000}') |"
+    ca=$(calls_in "$out/cg.perftest.1000")
+    cb=$(calls_in "$out/cg.perftest.3000")
+    echo "| ib_read_lat READ 128 B (client) | perftest | $(echo "$a $b" | awk '{printf "%.0f", ($2 - $1) / 2000}') |" \
+        "$(echo "$ca $cb" | awk '{printf "%.1f", ($2 - $1) / 2000}') |"
 else
-    echo "| ib_read_lat READ 128 B (client) | perftest | (failed: $out/perf-client.*) |"
+    echo "| ib_read_lat READ 128 B (client) | perftest | (failed: $out/perf-client.*) | |"
 fi
