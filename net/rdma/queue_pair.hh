@@ -407,6 +407,8 @@ private:
         uint32_t peer_has = _granted - _credits_to_return;
         return _credits_to_return > 0 && (_window < 4 ? peer_has == 0 : peer_has <= _window / 2);
     }
+    /// The rest of `maybe_queue_ctrl`, with credits or acks due: holds the credits back one
+    /// reactor round for a reply to carry, or queues the credit-only message.
     void queue_ctrl() noexcept;
     uint32_t take_credit_returns() noexcept;
     uint32_t take_ctrl_returns() noexcept;
@@ -432,6 +434,7 @@ private:
         }
         serve_waiting_senders();
     }
+    /// The work of `serve_senders` when an operation, stream bytes, a FIN or a writer waits.
     void serve_waiting_senders() noexcept;
     /// Whether a one-sided operation must queue behind earlier ones (or for space) rather than
     /// be issued now: operations are issued strictly in the order they were called.
