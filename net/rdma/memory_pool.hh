@@ -125,6 +125,18 @@ private:
     internal::buffer_desc* _d = nullptr;
 };
 
+namespace internal {
+/// Throws the std::out_of_range of a `span_of` outside its buffer.
+[[noreturn]] void throw_bad_span(const buffer& b, size_t offset, size_t len);
+} // namespace internal
+
+inline local_span span_of(const buffer& b, size_t offset, size_t len) {
+    if (!b || offset > b.capacity() || len > b.capacity() - offset) [[unlikely]] {
+        internal::throw_bad_span(b, offset, len);
+    }
+    return {b.data() + offset, uint32_t(len), b.lkey(), b.hold()};
+}
+
 /// A shard's registered memory: a few large regions registered once (hugepages when the system
 /// has them), carved into power-of-two size classes handed out as `buffer`s. Nothing is
 /// registered on the data path: a new region is registered only when the pool grows, up to

@@ -96,9 +96,9 @@ struct local_span {
     memory_hold hold;
 };
 
-/// A span of `len` bytes at `offset` of a pool buffer (checked against its capacity); it holds
-/// the buffer (see `local_span`).
-local_span span_of(const buffer& b, size_t offset, size_t len);
+/// A span of `len` bytes at `offset` of a pool buffer (checked against its capacity: throws
+/// std::out_of_range); it holds the buffer (see `local_span`). Defined in memory_pool.hh.
+inline local_span span_of(const buffer& b, size_t offset, size_t len);
 
 /// User memory registered with the calling shard's protection domain (RAII: deregistered when
 /// destroyed). Use it as the local side of one-sided operations, or export it.

@@ -55,12 +55,9 @@ local_span memory_region::span(size_t offset, size_t len) const {
     return {data() + offset, uint32_t(len), lkey()};
 }
 
-local_span span_of(const buffer& b, size_t offset, size_t len) {
-    if (!b || offset > b.capacity() || len > b.capacity() - offset) {
-        throw std::out_of_range(fmt::format("span of {} bytes at offset {} of a {}-byte pool buffer", len,
-                                            offset, b ? b.capacity() : 0));
-    }
-    return {b.data() + offset, uint32_t(len), b.lkey(), b.hold()};
+void internal::throw_bad_span(const buffer& b, size_t offset, size_t len) {
+    throw std::out_of_range(fmt::format("span of {} bytes at offset {} of a {}-byte pool buffer", len, offset,
+                                        b ? b.capacity() : 0));
 }
 
 memory_region register_memory(void* addr, size_t len, access a) {
