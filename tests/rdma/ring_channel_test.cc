@@ -726,7 +726,13 @@ namespace {
 void restarted_producers_resend(bool poll) {
     int rc = run_rdma(1, [poll]() -> future<> {
         constexpr uint32_t total = 20000;
+#ifdef SHOAL_ASAN
+        // A sanitized producer process takes seconds to start in the emulated guest: fewer
+        // restarts keep this test near a minute there; the release build runs all twelve.
+        constexpr unsigned max_kills = 5;
+#else
         constexpr unsigned max_kills = 12;
+#endif
         const auto a = addr(next_port());
         consumer_side cs(16 << 10, a, poll);
         const unsigned seed = std::random_device{}();
@@ -740,7 +746,7 @@ void restarted_producers_resend(bool poll) {
             co_await cs.accept();
             const uint32_t at_attach = expected;
             // Where this producer dies, counted in records it delivered: the third dies before
-            // it sends anything, the others after 1 to 1000 records (12 × 1000 < total, so every
+            // it sends anything, the others after 1 to 1000 records (max_kills × 1000 < total, so every
             // kill lands before the end). Counting records rather than milliseconds keeps the
             // kills mid-sequence however slowly a process starts (sanitizers, an emulated guest).
             const uint32_t kill_after = children == 3 ? 0 : 1 + rng() % 1000;
@@ -876,7 +882,11 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
     int rc = run_rdma(
         2,
         []() -> future<> {
+#ifdef SHOAL_ASAN
+            constexpr uint32_t total = 80000; // ~160 laps: 20 s rather than 50 s under ASan
+#else
             constexpr uint32_t total = 200000;
+#endif
             constexpr size_t capacity = 64 << 10; // ~500 records a lap: ~400 laps
             const uint32_t seed = std::random_device{}();
             const auto a = addr(next_port());
