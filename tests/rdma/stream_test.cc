@@ -269,6 +269,13 @@ TEST(stream, hundred_connections_on_two_shards) {
     rdma::options o = test_options();
     o.recv_buffer_size = 4096;
     o.connection.credits = 4;
+    // A hundred connection setups at once are CPU-bound in the emulated guest: this test takes
+    // 2-4 s in a release build and up to 13 s on a loaded host, several times that under ASan,
+    // where the default 10 s deadline expired for the last requests handed to shard 1 (their
+    // ids had left the connect-request state when shard 1 reached them: rdma_create_qp EINVAL).
+    // A hung setup still fails the test, a minute later.
+    o.connection.resolve_timeout = 20s;
+    o.connection.connect_timeout = 60s;
     int rc = run_rdma(
         2,
         []() -> future<> {
