@@ -290,20 +290,13 @@ void reactor::del_timer(timer_base* t) noexcept {
     }
 }
 
-bool reactor::fire_timers() {
-    if (_timers.empty()) {
-        return false;
-    }
-    auto now = lowres_clock::to_steady(lowres_clock::now());
-    bool fired = false;
+void reactor::fire_timers(steady_clock_type::time_point now) {
     while (!_timers.empty() && _timers.front()->_expiry <= now) {
         timer_base* t = _timers.front();
         del_timer(t);
         ++_stats.timers_fired;
         t->expire();
-        fired = true;
     }
-    return fired;
 }
 
 // --- the loop
@@ -416,8 +409,11 @@ void reactor::start_quota(steady_clock_type::time_point now) noexcept {
     for (size_t i = 0; i < _pollers.size(); ++i) {
         work |= _pollers[i]->poll();
     }
-    if (!_timers.empty() && _timers.front()->_expiry <= lowres_clock::to_steady(tl_lowres_now)) {
-        work |= fire_timers();
+    // The heap's front is checked here, so a loop without a due timer makes no call.
+    if (auto now = lowres_clock::to_steady(tl_lowres_now);
+        !_timers.empty() && _timers.front()->_expiry <= now) {
+        fire_timers(now);
+        work = true;
     }
     return work;
 }

@@ -190,7 +190,8 @@ private:
     /// DEFER_TASKRUN: submits and collects completions in one io_uring_enter, when there is
     /// something to submit or the kernel flags pending completions.
     bool submit_and_get_events();
-    bool fire_timers();
+    /// Expires every timer due at `now`, earliest first.
+    void fire_timers(steady_clock_type::time_point now);
     void sleep();
     /// Starts a task quota at `now` (`need_preempt()` lowered; it rises `task_quota_time` later).
     void start_quota(steady_clock_type::time_point now) noexcept;

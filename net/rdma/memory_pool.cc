@@ -63,8 +63,8 @@ void internal::buffer_desc::unref_elsewhere() noexcept {
 
 net::temporary_buffer buffer::into_temporary_buffer(size_t length) && noexcept {
     internal::buffer_desc* d = std::exchange(_d, nullptr);
-    assert(d && length <= d->pool->_classes[d->size_class].size);
-    return net::temporary_buffer(d->data, length, d); // the buffer's reference moves over
+    assert(d && length <= (size_t(1) << d->size_shift)); // the buffer's capacity
+    return net::temporary_buffer(d->data, length, d);    // the buffer's reference moves over
 }
 
 // --- memory_pool
