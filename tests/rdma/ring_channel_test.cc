@@ -726,13 +726,9 @@ namespace {
 void restarted_producers_resend(bool poll) {
     int rc = run_rdma(1, [poll]() -> future<> {
         constexpr uint32_t total = 20000;
-#ifdef SHOAL_ASAN
         // A sanitized producer process takes seconds to start in the emulated guest: fewer
         // restarts keep this test near a minute there; the release build runs all twelve.
-        constexpr unsigned max_kills = 5;
-#else
-        constexpr unsigned max_kills = 12;
-#endif
+        constexpr unsigned max_kills = sanitized_build ? 5 : 12;
         const auto a = addr(next_port());
         consumer_side cs(16 << 10, a, poll);
         const unsigned seed = std::random_device{}();
@@ -882,12 +878,8 @@ TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_wo
     int rc = run_rdma(
         2,
         []() -> future<> {
-#ifdef SHOAL_ASAN
-            constexpr uint32_t total = 80000; // ~160 laps: 20 s rather than 50 s under ASan
-#else
-            constexpr uint32_t total = 200000;
-#endif
-            constexpr size_t capacity = 64 << 10; // ~500 records a lap: ~400 laps
+            constexpr uint32_t total = sanitized_build ? 80000 : 200000; // ASan: 20 s rather than 50 s
+            constexpr size_t capacity = 64 << 10;                        // ~500 records a lap: ~400 laps
             const uint32_t seed = std::random_device{}();
             const auto a = addr(next_port());
             consumer_side cs(capacity, a, true);
