@@ -9,6 +9,7 @@
 
 #include "apps/kv/reply_reader.hh"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cstdio>
 #include <cstdlib>
@@ -145,10 +146,15 @@ int main(int argc, char** argv) {
             size_t nl = reply.find("\r\n", pos);
             // VALUE <key> <flags> <bytes> [<cas>]: the fourth word is the length.
             size_t at = pos;
-            for (int word = 0; word < 3; ++word) {
-                at = reply.find(' ', at) + 1;
+            for (int word = 0; word < 3 && at < nl; ++word) {
+                at = std::min(reply.find(' ', at), nl) + 1;
             }
-            size_t len = std::strtoul(reply.c_str() + at, nullptr, 10);
+            size_t len = at < nl ? std::strtoul(reply.c_str() + at, nullptr, 10) : 0;
+            if (nl == std::string::npos || at >= nl || nl + 2 + len + 2 > reply.size()) {
+                std::fprintf(stderr, "shoal-kv-cli: malformed reply: %.*s\n",
+                             int(std::min<size_t>(nl - pos, 200)), reply.c_str() + pos);
+                return 1;
+            }
             std::fwrite(reply.data() + nl + 2, 1, len, stdout);
             std::fputc('\n', stdout);
             pos = nl + 2 + len + 2;
@@ -160,7 +166,16 @@ int main(int argc, char** argv) {
         }
         return found == words.size() - 1 ? 0 : 1;
     }
-    std::fputs(reply.c_str(), stdout);
+    // Lines end in "\n" on the terminal, not in the protocol's "\r\n".
+    for (size_t pos = 0, nl; pos < reply.size(); pos = nl + 2) {
+        nl = reply.find("\r\n", pos);
+        if (nl == std::string::npos) {
+            std::fwrite(reply.data() + pos, 1, reply.size() - pos, stdout);
+            break;
+        }
+        std::fwrite(reply.data() + pos, 1, nl - pos, stdout);
+        std::fputc('\n', stdout);
+    }
     bool good = reply.starts_with("STORED") || reply.starts_with("DELETED") || reply.starts_with("STAT") ||
                 reply.starts_with("END");
     return good ? 0 : 1;
