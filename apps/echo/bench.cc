@@ -7,6 +7,7 @@
 #include "net/temporary_buffer.hh"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -29,9 +30,21 @@ struct shard_result {
     histogram latency_ns;
 };
 
-/// One closed-loop client: write a request, read the echo back, record the round trip.
+/// Fails a client whose echo `got` (at offset `at` of the reply) differs from `sent`.
+[[noreturn]] void throw_echo_differs(const net::temporary_buffer& got, const net::temporary_buffer& sent,
+                                     size_t at) {
+    size_t i = 0;
+    while (i < got.size() && got.get()[i] == sent.get()[at + i]) {
+        ++i;
+    }
+    throw std::runtime_error(fmt::format("echo differs at byte {} of {}: got {:#04x}, sent {:#04x}", at + i,
+                                         sent.size(), uint8_t(got.get()[i]), uint8_t(sent.get()[at + i])));
+}
+
+/// One closed-loop client: write a request, read the echo back (and compare it with the request
+/// when `verify`), record the round trip.
 future<> client_loop(net::connected_socket s, net::temporary_buffer msg, clock_type::time_point measure_from,
-                     clock_type::time_point until, shard_result& r) {
+                     clock_type::time_point until, bool verify, shard_result& r) {
     auto in = s.input();
     auto out = s.output();
     const size_t size = msg.size();
@@ -46,6 +59,9 @@ future<> client_loop(net::connected_socket s, net::temporary_buffer msg, clock_t
                 net::temporary_buffer b = co_await in.read_up_to(size - got);
                 if (b.empty()) {
                     throw std::runtime_error("server closed the connection");
+                }
+                if (verify && std::memcmp(b.get(), msg.get() + got, b.size()) != 0) {
+                    throw_echo_differs(b, msg, got);
                 }
                 got += b.size();
             }
@@ -71,7 +87,7 @@ future<> client_loop(net::connected_socket s, net::temporary_buffer msg, clock_t
 /// Runs `conns` clients on this shard against `addr`.
 future<shard_result> run_on_shard(net::transport t, net::socket_address addr, size_t size, unsigned conns,
                                   clock_type::time_point start, clock_type::time_point measure_from,
-                                  clock_type::time_point until) {
+                                  clock_type::time_point until, bool verify) {
     auto r = std::make_unique<shard_result>();
     std::vector<net::connected_socket> sockets;
     for (unsigned i = 0; i < conns; ++i) {
@@ -88,7 +104,7 @@ future<shard_result> run_on_shard(net::transport t, net::socket_address addr, si
     }
     std::vector<future<>> loops;
     for (auto& s : sockets) {
-        loops.push_back(client_loop(std::move(s), msg.share(), measure_from, until, *r));
+        loops.push_back(client_loop(std::move(s), msg.share(), measure_from, until, verify, *r));
     }
     auto done = co_await when_all(std::move(loops));
     for (auto& f : done) {
@@ -113,9 +129,10 @@ future<cell_result> run_cell(net::transport t, bench_target target, size_t size,
         if (n == 0) {
             continue;
         }
-        parts.push_back(submit_to(s, [t, addr = target.address, size, n, start, measure_from, until] {
-            return run_on_shard(t, addr, size, n, start, measure_from, until);
-        }));
+        parts.push_back(
+            submit_to(s, [t, addr = target.address, size, n, start, measure_from, until, v = o.verify] {
+                return run_on_shard(t, addr, size, n, start, measure_from, until, v);
+            }));
     }
     auto results = co_await when_all_succeed(std::move(parts));
     cell_result c;

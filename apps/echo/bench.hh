@@ -31,6 +31,10 @@ struct bench_options {
     /// Runs of each cell per target, interleaved (A B A B ...); the run with the median QPS is
     /// reported, so a burst of noise on a shared machine hits one run, not the result.
     unsigned repeat = 1;
+    /// Compare every echoed byte with what was sent; a client whose echo differs fails with the
+    /// offset of the first wrong byte. Off by default: a `memcmp` of each reply is client CPU
+    /// that the epoll comparison's numbers predate.
+    bool verify = false;
 };
 
 /// One cell: closed-loop clients, each with one request of `size` bytes in flight that the

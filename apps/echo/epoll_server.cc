@@ -4,7 +4,9 @@
 // kernel did not take (EPOLLOUT) until the socket drains. No io_uring, no shoal runtime.
 //
 //   shoal-echo-epoll [--host 0.0.0.0] [--port 7001] [--threads 1] [--cpuset 0,1]
+// --port 0 takes a port the kernel chooses; the "echo on HOST:PORT" line names it.
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -38,6 +40,19 @@ void on_signal(int) {
     uint64_t one = 1;
     ssize_t n = ::write(g_stop_fd, &one, sizeof(one));
     (void)n;
+}
+
+/// `text` as a whole number in [lo, hi], or exit 2 naming `option`.
+int number(const std::string& option, const std::string& text, long lo, long hi) {
+    char* end = nullptr;
+    errno = 0;
+    long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+        std::fprintf(stderr, "shoal-echo-epoll: %s '%s': expected a number in %ld..%ld\n", option.c_str(),
+                     text.c_str(), lo, hi);
+        std::exit(2);
+    }
+    return int(v);
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -198,15 +213,15 @@ int main(int argc, char** argv) {
         if (a == "--host") {
             host = value();
         } else if (a == "--port") {
-            port = std::atoi(value().c_str());
+            port = number(a, value(), 0, 65535);
         } else if (a == "--threads") {
-            threads = std::max(1, std::atoi(value().c_str()));
+            threads = number(a, value(), 1, 1024);
         } else if (a == "--cpuset") {
             std::string v = value();
-            for (size_t p = 0; p < v.size();) {
-                cpus.push_back(std::atoi(v.c_str() + p));
-                p = v.find(',', p);
-                p = p == std::string::npos ? v.size() : p + 1;
+            for (size_t p = 0; p <= v.size();) {
+                size_t comma = std::min(v.find(',', p), v.size());
+                cpus.push_back(number(a, v.substr(p, comma - p), 0, CPU_SETSIZE - 1));
+                p = comma + 1;
             }
         } else {
             std::fprintf(stderr,
@@ -237,6 +252,13 @@ int main(int argc, char** argv) {
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
         int lfd = make_listener(addr, len);
+        if (t == 0 && port == 0) {
+            // --port 0: the kernel chose; the other threads' listeners share the port it chose.
+            if (::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+                die("getsockname");
+            }
+            port = ntohs(addr.ss_family == AF_INET ? in4->sin_port : in6->sin6_port);
+        }
         int cpu = cpus.empty() ? -1 : cpus[size_t(t) % cpus.size()];
         pool.emplace_back(serve, lfd, cpu);
     }

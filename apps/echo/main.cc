@@ -2,7 +2,7 @@
 //
 //   shoal-echo server [--host 0.0.0.0] [--port 7000] [--smp N] [--transport tcp|rdma]
 //   shoal-echo bench  [--host 127.0.0.1] [--port 7000] [--sizes 128,4K,32K,256K,1M]
-//                     [--concurrency 1,4,16,64] [--duration 0.5] [--json] [--transport tcp|rdma]
+//                     [--concurrency 1,4,16,64] [--duration 0.5] [--json] [--verify] [--transport tcp|rdma]
 //                     [--targets shoal=127.0.0.1:7000,epoll=127.0.0.1:7001]
 //
 // Over RDMA (--transport rdma) the addresses are the RDMA device's IP addresses (rdma_cm does
@@ -100,6 +100,7 @@ bench_options bench_options_from(const app& a, const std::string& transport_name
     o.duration = seconds_of(a, "duration");
     o.warmup = seconds_of(a, "warmup");
     o.repeat = unsigned(a.get_size("repeat"));
+    o.verify = a.has("verify");
     if (a.has("targets")) {
         for (const auto& item : split(a.get("targets"), ',')) {
             auto eq = item.find('=');
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
     a.add_option("targets",
                  "bench: several servers side by side, name=host:port[@pid],... (@pid: measure its CPU)");
     a.add_flag("json", "bench: print JSON instead of tables");
+    a.add_flag("verify", "bench: compare every echoed byte with the request; a difference fails the client");
     a.add_option("shutdown-timeout-ms",
                  "server: on SIGTERM/SIGINT, how long open connections may drain before they are aborted",
                  "2000");
