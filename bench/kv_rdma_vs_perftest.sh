@@ -22,6 +22,8 @@
 # KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too). KV_BENCH_FIFO=1: at the
 # end, ib_read_lat 128 B and the cached get_into of 32 B again with both clients under
 # SCHED_FIFO 1 (chrt), where ksoftirqd (a normal task) cannot preempt them: no detours.
+# KV_BENCH_PAIRS=N: only the aim's cell, bracketed — ib_read_lat 128 B, get_into 32 B,
+# ib_read_lat 128 B, ... N GETs, each divided by the mean of its two neighbours; prints the median.
 set -u
 build=${1:?usage: kv_rdma_vs_perftest.sh BUILD_DIR}
 out=$(mktemp -d)
@@ -79,6 +81,38 @@ if [ -n "${KV_BENCH_OLD:-}" ]; then
     echo
     echo "== cached GET P50 (µs) / ib_read_lat t_typical, per round (32 B value = 120 B record vs 128 B)"
     cat "$out/rounds.txt"
+    echo "load: $(cat /proc/loadavg) (guest)"
+    exit 0
+fi
+
+if [ -n "${KV_BENCH_PAIRS:-}" ]; then
+    # Bracketed rounds, for a host whose speed drifts from one minute to the next: ib_read_lat
+    # 128 B, then the cached get_into of 32 B, then ib_read_lat again, and so on; each GET is
+    # divided by the mean of the two ib_read_lat runs around it, and the median of those ratios
+    # is the result. The shoal-kv server sleeps when idle (as ib_read_lat's server does) and runs
+    # only during its GET cell, so nothing of shoal's spins while ib_read_lat runs.
+    server_poll=${KV_BENCH_SERVER_POLL-}
+    ib_prev=$(read_lat 128 | awk '{print $5}')
+    echo "ib_read_lat 128 B t_typical: $ib_prev"
+    : >"$out/pairs.txt"
+    for round in $(seq "$KV_BENCH_PAIRS"); do
+        start_kv_server
+        bench "round $round: rdma GET 32 B, cached location, into a registered buffer" --transport rdma \
+            --port 11400 --value-size 32 --get-ratio 1 --zero-copy
+        get=$(p50)
+        stop_kv_server
+        ib_next=$(read_lat 128 | awk '{print $5}')
+        echo "ib_read_lat 128 B t_typical: $ib_next"
+        echo "$round $ib_prev $get $ib_next" | awk '{printf "%s | %s | %s | %s | %.2f\n", $1, $2, $3, $4, $3 / (($2 + $4) / 2)}' \
+            >>"$out/pairs.txt"
+        ib_prev=$ib_next
+    done
+    echo
+    echo "== get_into 32 B P50 / mean ib_read_lat 128 B t_typical before and after it (µs)"
+    echo "round | ib_read_lat before | get_into | ib_read_lat after | ratio"
+    cat "$out/pairs.txt"
+    echo "median ratio: $(awk -F'|' '{print $5 + 0}' "$out/pairs.txt" | sort -n |
+        awk '{r[NR] = $1} END {if (NR % 2) print r[(NR + 1) / 2]; else printf "%.2f\n", (r[NR / 2] + r[NR / 2 + 1]) / 2}') over $KV_BENCH_PAIRS rounds"
     echo "load: $(cat /proc/loadavg) (guest)"
     exit 0
 fi
