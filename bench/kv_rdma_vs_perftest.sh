@@ -22,8 +22,9 @@
 # KV_BENCH_TIMED_OLD=PATH, a bench that has --time-gets, timed too). KV_BENCH_FIFO=1: at the
 # end, ib_read_lat 128 B and the cached get_into of 32 B again with both clients under
 # SCHED_FIFO 1 (chrt), where ksoftirqd (a normal task) cannot preempt them: no detours.
-# KV_BENCH_PAIRS=N: only the aim's cell, bracketed — ib_read_lat 128 B, get_into 32 B,
-# ib_read_lat 128 B, ... N GETs, each divided by the mean of its two neighbours; prints the median.
+# KV_BENCH_PAIRS=N: only the aim's cells, bracketed — ib_read_lat, the cached GET (get_into and
+# get_one), ib_read_lat, ... N rounds per value size (32 B against 128 B, 4 KB against 4 KB), each
+# GET divided by the mean of the ib_read_lat runs around it; prints the median ratios.
 set -u
 build=${1:?usage: kv_rdma_vs_perftest.sh BUILD_DIR}
 out=$(mktemp -d)
@@ -86,33 +87,42 @@ if [ -n "${KV_BENCH_OLD:-}" ]; then
 fi
 
 if [ -n "${KV_BENCH_PAIRS:-}" ]; then
-    # Bracketed rounds, for a host whose speed drifts from one minute to the next: ib_read_lat
-    # 128 B, then the cached get_into of 32 B, then ib_read_lat again, and so on; each GET is
-    # divided by the mean of the two ib_read_lat runs around it, and the median of those ratios
-    # is the result. The shoal-kv server sleeps when idle (as ib_read_lat's server does) and runs
-    # only during its GET cell, so nothing of shoal's spins while ib_read_lat runs.
+    # Bracketed rounds, for a host whose speed drifts from one minute to the next. Per value size
+    # (32 B against ib_read_lat 128 B, 4 KB against 4 KB): ib_read_lat, the cached GET into a
+    # registered buffer (get_into) and as a new string (get_one), ib_read_lat again, and so on;
+    # each GET is divided by the mean of the two ib_read_lat runs around it, and the median of
+    # those ratios is the result. The shoal-kv server sleeps when idle (as ib_read_lat's server
+    # does) and runs only during its GET cells, so nothing of shoal's spins while ib_read_lat runs.
     server_poll=${KV_BENCH_SERVER_POLL-}
-    ib_prev=$(read_lat 128 | awk '{print $5}')
-    echo "ib_read_lat 128 B t_typical: $ib_prev"
-    : >"$out/pairs.txt"
-    for round in $(seq "$KV_BENCH_PAIRS"); do
-        start_kv_server
-        bench "round $round: rdma GET 32 B, cached location, into a registered buffer" --transport rdma \
-            --port 11400 --value-size 32 --get-ratio 1 --zero-copy
-        get=$(p50)
-        stop_kv_server
-        ib_next=$(read_lat 128 | awk '{print $5}')
-        echo "ib_read_lat 128 B t_typical: $ib_next"
-        echo "$round $ib_prev $get $ib_next" | awk '{printf "%s | %s | %s | %s | %.2f\n", $1, $2, $3, $4, $3 / (($2 + $4) / 2)}' \
-            >>"$out/pairs.txt"
-        ib_prev=$ib_next
+    median() { sort -n | awk '{r[NR] = $1} END {if (NR % 2) print r[(NR + 1) / 2]; else printf "%.2f\n", (r[NR / 2] + r[NR / 2 + 1]) / 2}'; }
+    for pair in "32 128" "4096 4096"; do
+        # shellcheck disable=SC2086 # two words: value size, READ size
+        set -- $pair
+        value=$1 readsz=$2
+        ib_prev=$(read_lat "$readsz" | awk '{print $5}')
+        : >"$out/pairs.txt"
+        for round in $(seq "$KV_BENCH_PAIRS"); do
+            start_kv_server
+            bench "round $round: rdma GET $value B, cached location, into a registered buffer" --transport rdma \
+                --port 11400 --value-size "$value" --get-ratio 1 --zero-copy
+            into=$(p50)
+            bench "round $round: rdma GET $value B, cached location" --transport rdma --port 11400 \
+                --value-size "$value" --get-ratio 1
+            one=$(p50)
+            stop_kv_server
+            ib_next=$(read_lat "$readsz" | awk '{print $5}')
+            echo "$round $ib_prev $into $one $ib_next" |
+                awk '{m = ($2 + $5) / 2; printf "%s | %s | %s | %s | %s | %.2f | %.2f\n", $1, $2, $3, $4, $5, $3 / m, $4 / m}' \
+                    >>"$out/pairs.txt"
+            ib_prev=$ib_next
+        done
+        echo
+        echo "== GET $value B P50 / mean ib_read_lat $readsz B t_typical before and after it (µs)"
+        echo "round | ib_read_lat before | get_into | get_one | ib_read_lat after | get_into ratio | get_one ratio"
+        cat "$out/pairs.txt"
+        echo "median ratio over $KV_BENCH_PAIRS rounds, $value B: get_into" \
+            "$(awk -F'|' '{print $6 + 0}' "$out/pairs.txt" | median), get_one $(awk -F'|' '{print $7 + 0}' "$out/pairs.txt" | median)"
     done
-    echo
-    echo "== get_into 32 B P50 / mean ib_read_lat 128 B t_typical before and after it (µs)"
-    echo "round | ib_read_lat before | get_into | ib_read_lat after | ratio"
-    cat "$out/pairs.txt"
-    echo "median ratio: $(awk -F'|' '{print $5 + 0}' "$out/pairs.txt" | sort -n |
-        awk '{r[NR] = $1} END {if (NR % 2) print r[(NR + 1) / 2]; else printf "%.2f\n", (r[NR / 2] + r[NR / 2 + 1]) / 2}') over $KV_BENCH_PAIRS rounds"
     echo "load: $(cat /proc/loadavg) (guest)"
     exit 0
 fi
