@@ -781,13 +781,24 @@ void store::flush_all(int64_t delay) noexcept {
     ++_stats.cmd_flush;
     uint32_t new_oldest = delay > 0 ? expiry_of(delay) : _now;
     _oldest_live = new_oldest - 1;
-    if (_oldest_live <= _now) {
-        _oldest_cas = next_cas();
-        // An immediate flush also frees the memory now, so that curr_items and bytes say so.
-        for (auto& c : _classes) {
-            while (c.lru_head) {
-                unlink(c.lru_head);
-            }
+    _flush_pending = _oldest_live > _now;
+    if (!_flush_pending) {
+        flush_now();
+    }
+}
+
+void store::flush_now() noexcept {
+    _flush_pending = false;
+    // Items stored from now on, in this same second, live: they are younger than `_oldest_cas`.
+    // (A deadline in the past, an absolute exptime before the start, is now too.)
+    _oldest_live = _now - 1;
+    _oldest_cas = next_cas();
+    // The memory returns now, so that curr_items and bytes say so, and every remotely readable
+    // record is invalidated (unlink zeroes its version) rather than left for a lazy check that a
+    // cached READ never makes.
+    for (auto& c : _classes) {
+        while (c.lru_head) {
+            unlink(c.lru_head);
         }
     }
 }

@@ -69,8 +69,14 @@ public:
     /// The page size a `page_source` needs for `cfg`.
     static size_t page_size_for(const store_config& cfg) noexcept;
 
-    /// Sets the current time (Unix seconds).
-    void set_time(uint32_t now) noexcept { _now = now; }
+    /// Sets the current time (Unix seconds). The tick that reaches a delayed flush's deadline
+    /// runs it as `flush_all(0)` would (below).
+    void set_time(uint32_t now) noexcept {
+        _now = now;
+        if (_flush_pending && _oldest_live <= now) [[unlikely]] {
+            flush_now();
+        }
+    }
     /// The current time (Unix seconds).
     uint32_t now() const noexcept { return _now; }
     /// Converts a client's exptime to an absolute time the way memcached does: 0 never,
@@ -137,7 +143,11 @@ public:
     size_t quarantined() const noexcept { return _quarantined; }
     /// Chunks reused before their grace period because memory was short.
     uint64_t early_reuses() const noexcept { return _early_reuses; }
-    /// Invalidates every item stored before now (delay 0) or before `delay` (an exptime).
+    /// Invalidates every item stored before now (delay 0) or before `delay` (an exptime). An
+    /// immediate flush unlinks every item at once; a delayed one does so at the first
+    /// `set_time` at or past its deadline, the moment `is_dead` starts to say so, so that a
+    /// remote reader's cached location fails from then on too (the unlink zeroes the record's
+    /// version) and the memory returns. A later flush replaces a pending one.
     void flush_all(int64_t delay) noexcept;
     /// True when the item is past its exptime or a flush.
     bool is_dead(const item* it) const noexcept;
@@ -195,6 +205,8 @@ private:
     void grow_table();
     item* new_item(std::string_view key, uint32_t client_flags, uint32_t exptime, size_t value_len) noexcept;
     uint64_t next_cas() noexcept { return ++_cas; }
+    /// Kills every item stored before this moment and unlinks them all (flush_all's work).
+    void flush_now() noexcept;
 
     store_config _cfg;
     std::unique_ptr<page_source> _pages;
@@ -208,6 +220,7 @@ private:
     uint32_t _started;
     uint32_t _oldest_live = 0;
     uint64_t _oldest_cas = 0;
+    bool _flush_pending = false; ///< a delayed flush_all whose deadline (`_oldest_live`) is ahead
     uint64_t _cas = 0;
     item* _pinned = nullptr; ///< the item an allocation must not evict (append, incr)
     size_t _refs_held = 0;

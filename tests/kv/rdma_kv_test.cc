@@ -145,6 +145,22 @@ TEST(kv_rdma, a_cached_location_is_read_without_the_server_and_never_goes_stale)
             RDMA_CHECK(co_await fetch(*t, k) == value_of(k, 3, 8000));
             co_await sleep(std::chrono::milliseconds(2500));
             RDMA_CHECK(co_await fetch(*t, k) == "<miss>");
+            // Flushed (flush_all as the text command runs it, on every shard): at once, and at a
+            // delayed flush's deadline with nothing reaching the server in between, where only
+            // the clock's tick can kill the record a cached READ sees.
+            RDMA_CHECK(co_await tcp.set(k, value_of(k, 4, 8000), 0, 0) == kv::store_outcome::stored);
+            RDMA_CHECK(co_await fetch(*t, k) == value_of(k, 4, 8000));
+            co_await kvs.servers.invoke_on_all([](kv::server& s) { s.store().flush_all(0); });
+            RDMA_CHECK(co_await fetch(*t, k) == "<miss>");
+            RDMA_CHECK(co_await tcp.set(k, value_of(k, 5, 8000), 0, 0) == kv::store_outcome::stored);
+            RDMA_CHECK(co_await fetch(*t, k) == value_of(k, 5, 8000)); // the location is cached again
+            uint64_t invalid = t->stats().invalid_reads;
+            co_await kvs.servers.invoke_on_all(
+                [](kv::server& s) { s.store().flush_all(2); }); // dead in 1-2 s
+            co_await sleep(std::chrono::milliseconds(3000));
+            RDMA_CHECK(co_await fetch(*t, k) == "<miss>");
+            EXPECT_GT(t->stats().invalid_reads, invalid)
+                << "the cached READ found a live record after the flush";
             // Churn: one key rewritten 300 times over TCP in several sizes while the RDMA client
             // reads it; every value read is one that was written, whole.
             const std::string hot = "hot";

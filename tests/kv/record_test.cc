@@ -1,8 +1,9 @@
 // Remotely readable records (kv/record.hh) in a store with `remote_readable`: what a remote
 // reader copies out of item memory validates exactly while the item is the key's current value,
-// and fails (dead, other key, torn) after a delete, an overwrite, an eviction, a reuse of the
-// chunk or a byte changed under it; freed chunks wait for the grace period of epochs. No
-// device: the "READ" is a memcpy of the record's bytes, which is what the NIC does.
+// and fails (dead, other key, torn) after a delete, an overwrite, an eviction, a flush (at once or
+// at a delayed flush's deadline), a reuse of the chunk or a byte changed under it; freed chunks
+// wait for the grace period of epochs. No device: the "READ" is a memcpy of the record's bytes,
+// which is what the NIC does.
 #include "kv/hash.hh"
 #include "kv/record.hh"
 #include "kv/store.hh"
@@ -168,6 +169,26 @@ TEST(kv_record, delete_overwrite_and_eviction_invalidate_a_cached_location) {
         ASSERT_LT(i, 1'000'000);
     }
     EXPECT_NE(check(read_record(a2), "a", &v), record::check::ok);
+}
+
+TEST(kv_record, a_delayed_flush_invalidates_cached_locations_at_its_deadline) {
+    auto s = make_store();
+    item* a = put_item(*s, "a", "before");
+    record::view v;
+    s->flush_all(5); // memcached's rule: dead from now + 4 s (oldest_live = now + 5 - 1)
+    s->set_time(t0 + 3);
+    ASSERT_EQ(check(read_record(a), "a", &v), record::check::ok) << "before the deadline the value stands";
+    EXPECT_EQ(s->stats().curr_items, 1u);
+    s->set_time(t0 + 4);
+    // No server-side GET touched "a": the tick alone must kill the record a client may READ.
+    EXPECT_EQ(check(read_record(a), "a", &v), record::check::dead);
+    EXPECT_EQ(s->stats().curr_items, 0u);
+    EXPECT_EQ(s->quarantined(), 1u) << "the chunk waits for the grace period like any freed one";
+    item* a2 = put_item(*s, "a", "after"); // stored in the deadline's second, after it: alive
+    ASSERT_EQ(check(read_record(a2), "a", &v), record::check::ok);
+    EXPECT_EQ(v.value, "after");
+    s->set_time(t0 + 100);
+    EXPECT_EQ(check(read_record(a2), "a", &v), record::check::ok) << "a flush runs once";
 }
 
 TEST(kv_record, incr_never_changes_a_readable_value_in_place) {

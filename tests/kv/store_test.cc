@@ -101,12 +101,30 @@ TEST(kv_store, flush_all_now_and_delayed) {
     put(*s, "b", "2"); // stored in the same second, after the flush: alive
     EXPECT_EQ(get(*s, "b"), "2");
     s->set_time(t0 + 1);
-    s->flush_all(10); // in 10 s
+    s->flush_all(10); // memcached's rule: dead from t0 + 1 + 10 - 1
     EXPECT_EQ(get(*s, "b"), "2");
-    s->set_time(t0 + 11);
+    s->set_time(t0 + 9);
+    EXPECT_EQ(get(*s, "b"), "2");
+    EXPECT_EQ(s->stats().curr_items, 1u);
+    s->set_time(t0 + 10);
+    EXPECT_EQ(s->stats().curr_items, 0u) << "the deadline's tick flushes, before any GET looks";
     EXPECT_EQ(get(*s, "b"), "<miss>");
-    EXPECT_EQ(s->stats().get_flushed, 1u) << "the delayed flush is lazy; the immediate one freed at once";
-    EXPECT_EQ(s->stats().curr_items, 0u);
+    EXPECT_EQ(s->stats().get_flushed, 0u) << "nothing was left for a GET to find flushed";
+    put(*s, "c", "3"); // stored in the deadline's second, after the flush: alive
+    EXPECT_EQ(get(*s, "c"), "3");
+    // A later flush replaces a pending one; a deadline in the past is now.
+    s->flush_all(100);
+    s->flush_all(5);
+    s->set_time(t0 + 13);
+    EXPECT_EQ(get(*s, "c"), "3");
+    s->set_time(t0 + 14);
+    EXPECT_EQ(get(*s, "c"), "<miss>");
+    put(*s, "d", "4");
+    s->flush_all(int64_t(t0) - 1'000'000); // an absolute exptime before the server started
+    EXPECT_EQ(get(*s, "d"), "<miss>");
+    put(*s, "e", "5");
+    EXPECT_EQ(get(*s, "e"), "5") << "stored after that flush";
+    EXPECT_EQ(s->stats().cmd_flush, 5u);
 }
 
 TEST(kv_store, incr_decr_rules) {
@@ -279,7 +297,8 @@ TEST(kv_store, eviction_and_page_moves_skip_held_items) {
     put(*s, "oldest", value);
     item* held = hold(*s, "oldest");
     for (int i = 0; i < 20000; ++i) {
-        ASSERT_EQ(put(*s, "key" + std::to_string(i), std::string(1000, char('a' + i % 26))), store_result::stored)
+        ASSERT_EQ(put(*s, "key" + std::to_string(i), std::string(1000, char('a' + i % 26))),
+                  store_result::stored)
             << i;
     }
     EXPECT_GT(s->stats().evictions, 10000u);
