@@ -289,6 +289,15 @@ future<bool> client::remove(std::string_view key) {
     return _servers[_ring.server_of(key)]->remove(key);
 }
 
+future<bool> client::touch(std::string_view key, int64_t exptime) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<bool>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->touch(key, exptime);
+}
+
 future<std::optional<uint64_t>> client::incr(std::string_view key, uint64_t delta) {
     try {
         check_key(key);

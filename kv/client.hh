@@ -130,6 +130,10 @@ public:
     future<std::optional<uint64_t>> incr(std::string_view key, uint64_t delta);
     /// Subtracts `delta` (stopping at 0): the new value, nullopt when missing.
     future<std::optional<uint64_t>> decr(std::string_view key, uint64_t delta);
+    /// Gives `key` a new exptime (memcached's: 0 never, negative already expired, up to 30 days
+    /// relative, else absolute Unix time) without fetching it: true when it existed. A cached
+    /// RDMA location of the key stays valid.
+    future<bool> touch(std::string_view key, int64_t exptime);
 
     /// Index of the server that holds `key` (libmemcached's choice).
     unsigned server_of(std::string_view key) const noexcept { return _ring.server_of(key); }

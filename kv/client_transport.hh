@@ -65,6 +65,8 @@ public:
     virtual future<bool> remove(std::string_view key) = 0;
     /// incr (`incr` true) or decr by `delta`: the new value, nullopt when the key is missing.
     virtual future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) = 0;
+    /// Gives `key` a new exptime (memcached's rules): true when it existed.
+    virtual future<bool> touch(std::string_view key, int64_t exptime) = 0;
     /// Lets requests in flight finish, then closes the connection; later requests fail.
     virtual future<> close() = 0;
 };

@@ -95,7 +95,7 @@ void execute_mg(const request& r, uint64_t h, store& s, std::string& out) {
     }
     item_view v = view_of(it);
     if (r.has_ttl) {
-        it->exptime = s.expiry_of(r.exptime);
+        s.set_exptime(it, r.exptime);
         v.exptime = it->exptime;
     }
     if (r.no_bump) {
@@ -228,7 +228,7 @@ void execute_ma(const request& r, uint64_t h, store& s, std::string& out) {
     }
     item* it = s.peek(r.key, h);
     if (it && r.has_ttl) {
-        it->exptime = s.expiry_of(r.exptime);
+        s.set_exptime(it, r.exptime);
     }
     if (r.noreply) {
         return;

@@ -320,6 +320,10 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         r.code = status_of(_store->remove(key, h));
         reply(c, r);
         return;
+    case wire::op::touch:
+        r.code = _store->touch(key, h, q.exptime) ? wire::status::ok : wire::status::not_found;
+        reply(c, r);
+        return;
     case wire::op::incr:
     case wire::op::decr: {
         uint64_t result = 0;

@@ -700,6 +700,20 @@ future<bool> rdma_transport::remove(std::string_view key_in) {
     co_return r.h.code == wire::status::ok;
 }
 
+future<bool> rdma_transport::touch(std::string_view key_in, int64_t exptime) {
+    std::string key(key_in);
+    co_await prepare_write(key);
+    wire::request q;
+    q.code = wire::op::touch;
+    q.exptime = exptime;
+    // A cached location stays good: the server seals the record again with its new exptime.
+    reply r = co_await call(shard_of_key(key), q, key, {});
+    if (r.h.code != wire::status::ok && r.h.code != wire::status::not_found) {
+        fail(client_errc::server, std::string("touch: ") + status_text(r.h.code));
+    }
+    co_return r.h.code == wire::status::ok;
+}
+
 future<std::optional<uint64_t>> rdma_transport::delta(bool incr, std::string_view key_in, uint64_t delta) {
     std::string key(key_in);
     co_await prepare_write(key);

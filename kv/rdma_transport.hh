@@ -75,6 +75,7 @@ public:
     future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) override;
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
+    future<bool> touch(std::string_view key, int64_t exptime) override;
     future<> close() override;
 
     /// One key's value (the building block of `get`). A cached location is READ without a

@@ -24,6 +24,7 @@ enum class op : uint8_t {
     remove = 5, ///< key → deleted or not found
     incr = 6,   ///< key, `arg` delta → new value
     decr = 7,   ///< key, `arg` delta → new value
+    touch = 8,  ///< key, `exptime` → touched (ok) or not found
 };
 
 /// Storage modes of `store` and `grant` (memcached's).
@@ -65,7 +66,7 @@ struct request {
                             ///< inline limit (with `client_inline_limit`)
     uint32_t flags = 0;     ///< store/grant: the client's flags
     uint32_t reserved3 = 0;
-    int64_t exptime = 0; ///< store/grant: memcached's exptime
+    int64_t exptime = 0; ///< store/grant/touch: memcached's exptime
     uint64_t arg = 0;    ///< store/grant with mode cas: the CAS unique; incr/decr: delta
 };
 static_assert(sizeof(request) == 40);

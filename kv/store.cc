@@ -183,9 +183,22 @@ item* store::touch_item(std::string_view key, uint64_t h, int64_t exptime) noexc
         return nullptr;
     }
     ++_stats.touch_hits;
-    it->exptime = expiry_of(exptime);
+    set_exptime(it, exptime);
     bump(it);
     return it;
+}
+
+void store::set_exptime(item* it, int64_t exptime) noexcept {
+    uint32_t e = expiry_of(exptime);
+    if (e == it->exptime) {
+        return;
+    }
+    // A concurrent READ sees the old header and trailer, the new ones, or a mix that fails its
+    // checksum and goes through the server.
+    it->exptime = e;
+    if (_cfg.remote_readable && (it->state & item::linked)) {
+        record::seal(it);
+    }
 }
 
 void store::bump(item* it) noexcept {

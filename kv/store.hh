@@ -79,6 +79,10 @@ public:
     }
     /// The current time (Unix seconds).
     uint32_t now() const noexcept { return _now; }
+    /// Gives the live item `it` a new exptime (a client's, converted by `expiry_of`). In a
+    /// remotely readable store the record is sealed again: its checksum covers the exptime, and
+    /// a stale one would make every cached READ of the item look torn.
+    void set_exptime(item* it, int64_t exptime) noexcept;
     /// Converts a client's exptime to an absolute time the way memcached does: 0 never,
     /// negative already expired, up to 30 days relative to now, above that absolute Unix time
     /// (already expired if not after the server's start).

@@ -149,6 +149,20 @@ future<bool> text_transport::remove(std::string_view key) {
     return enqueue(expect::deleted, {}).then([](reply r) { return r.found; });
 }
 
+future<bool> text_transport::touch(std::string_view key, int64_t exptime) {
+    try {
+        check_open(key);
+    } catch (...) {
+        return make_exception_future<bool>(std::current_exception());
+    }
+    _tx += "touch ";
+    _tx += key;
+    _tx += ' ';
+    _tx += std::to_string(exptime);
+    _tx += "\r\n";
+    return enqueue(expect::touched, {}).then([](reply r) { return r.found; });
+}
+
 future<std::optional<uint64_t>> text_transport::delta(bool incr, std::string_view key, uint64_t delta) {
     try {
         check_open(key);
@@ -401,6 +415,13 @@ bool text_transport::parse_line(std::string_view line, std::string_view rest, si
         break;
     case expect::deleted:
         if (line == "DELETED") {
+            p.r.found = true;
+        } else if (line != "NOT_FOUND") {
+            throw bad();
+        }
+        break;
+    case expect::touched:
+        if (line == "TOUCHED") {
             p.r.found = true;
         } else if (line != "NOT_FOUND") {
             throw bad();

@@ -37,6 +37,7 @@ public:
     future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) override;
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
+    future<bool> touch(std::string_view key, int64_t exptime) override;
     future<> close() override;
 
     /// Connections made so far (tests: reconnection after a failure).
@@ -44,12 +45,12 @@ public:
 
 private:
     /// What a request expects back.
-    enum class expect : uint8_t { values, stored, deleted, number };
+    enum class expect : uint8_t { values, stored, deleted, number, touched };
     /// The parsed reply of one request.
     struct reply {
         std::vector<std::optional<fetched_value>> values; ///< expect::values
         store_outcome outcome = store_outcome::stored;    ///< expect::stored
-        bool found = false;                               ///< deleted / number
+        bool found = false;                               ///< deleted / number / touched
         uint64_t number = 0;                              ///< expect::number
     };
     /// A request written (or about to be) and not answered yet.

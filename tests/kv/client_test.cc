@@ -294,6 +294,12 @@ future<> check_commands(net::socket_address addr) {
     EXPECT_FALSE(co_await c.get("k"));
     EXPECT_EQ(co_await c.set("expired", "x", 0, -1), kv::store_outcome::stored);
     EXPECT_FALSE(co_await c.get("expired")) << "a negative exptime stores an expired item";
+    EXPECT_TRUE(co_await c.touch("k2", 3600));
+    EXPECT_EQ((co_await c.get("k2"))->data, "b") << "touch keeps the value";
+    EXPECT_FALSE(co_await c.touch("nokey", 3600));
+    EXPECT_TRUE(co_await c.touch("k2", -1));
+    EXPECT_FALSE(co_await c.get("k2")) << "touched into the past: expired";
+    EXPECT_FALSE(co_await c.touch("k2", 0));
     std::string big(300 * 1024, 'b');
     for (size_t i = 0; i < big.size(); i += 4096) {
         big[i] = char('a' + i / 4096 % 26);

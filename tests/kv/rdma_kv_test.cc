@@ -96,6 +96,12 @@ TEST(kv_rdma, tcp_and_rdma_share_one_store_in_registered_memory) {
             RDMA_CHECK(co_await over_rdma.remove("k2"));
             RDMA_CHECK(!(co_await tcp.get("k2")));
             RDMA_CHECK(!(co_await over_rdma.remove("k2")));
+            RDMA_CHECK(co_await over_rdma.touch("k4", 3600));
+            RDMA_CHECK((co_await over_rdma.get("k4"))->data == want["k4"]);
+            RDMA_CHECK(!(co_await over_rdma.touch("k2", 3600)));
+            RDMA_CHECK(co_await over_rdma.touch("k4", -1));
+            RDMA_CHECK(!(co_await tcp.get("k4"))); // touched into the past over RDMA: expired over TCP
+            RDMA_CHECK(!(co_await over_rdma.get("k4")));
             std::vector<std::string> ask;
             ask.push_back("k3");
             ask.push_back("k2");
@@ -155,6 +161,14 @@ TEST(kv_rdma, a_cached_location_is_read_without_the_server_and_never_goes_stale)
             RDMA_CHECK(co_await tcp.set(k, value_of(k, 5, 8000), 0, 0) == kv::store_outcome::stored);
             RDMA_CHECK(co_await fetch(*t, k) == value_of(k, 5, 8000)); // the location is cached again
             uint64_t invalid = t->stats().invalid_reads;
+            // Touched (on its shard; the others miss): the record is sealed again with its new
+            // exptime, so the cached location still reads without the server.
+            uint64_t direct = t->stats().direct_reads;
+            co_await kvs.servers.invoke_on_all(
+                [&k](kv::server& s) { s.store().touch(k, kv::hash_key(k), 3600); });
+            RDMA_CHECK(co_await fetch(*t, k) == value_of(k, 5, 8000));
+            EXPECT_EQ(t->stats().direct_reads, direct + 1);
+            EXPECT_EQ(t->stats().invalid_reads, invalid) << "a touched record read as torn";
             co_await kvs.servers.invoke_on_all(
                 [](kv::server& s) { s.store().flush_all(2); }); // dead in 1-2 s
             co_await sleep(std::chrono::milliseconds(3000));

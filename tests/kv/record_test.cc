@@ -1,7 +1,8 @@
 // Remotely readable records (kv/record.hh) in a store with `remote_readable`: what a remote
 // reader copies out of item memory validates exactly while the item is the key's current value,
-// and fails (dead, other key, torn) after a delete, an overwrite, an eviction, a flush (at once or
-// at a delayed flush's deadline), a reuse of the chunk or a byte changed under it; freed chunks
+// (also after a touch, which seals it again) and fails (dead, other key, torn) after a delete, an
+// overwrite, an eviction, a flush (at once or at a delayed flush's deadline), a reuse of the chunk
+// or a byte changed under it; freed chunks
 // wait for the grace period of epochs. No device: the "READ" is a memcpy of the record's bytes,
 // which is what the NIC does.
 #include "kv/hash.hh"
@@ -189,6 +190,27 @@ TEST(kv_record, a_delayed_flush_invalidates_cached_locations_at_its_deadline) {
     EXPECT_EQ(v.value, "after");
     s->set_time(t0 + 100);
     EXPECT_EQ(check(read_record(a2), "a", &v), record::check::ok) << "a flush runs once";
+}
+
+TEST(kv_record, touch_and_gat_seal_the_record_again_with_its_new_exptime) {
+    auto s = make_store();
+    item* a = put_item(*s, "a", "value");
+    uint64_t version = a->cas;
+    record::view v;
+    ASSERT_TRUE(s->touch("a", hash_key("a"), 100));
+    auto buf = read_record(a);
+    ASSERT_EQ(check(buf, "a", &v), record::check::ok) << "a touched record reads as torn";
+    EXPECT_EQ(v.exptime, t0 + 100);
+    EXPECT_EQ(v.version, version) << "the value did not change: neither does its version";
+    ASSERT_EQ(s->get_and_touch("a", hash_key("a"), 0), a); // gat: back to no expiry
+    ASSERT_EQ(check(read_record(a), "a", &v), record::check::ok);
+    EXPECT_EQ(v.exptime, 0u);
+    // A READ that took the header before a touch and the trailer after it (or the reverse)
+    // does not validate: the checksum covers the exptime.
+    ASSERT_TRUE(s->touch("a", hash_key("a"), 500));
+    auto after = read_record(a);
+    std::memcpy(after.data(), buf.data(), sizeof(item)); // the header of the first touch
+    EXPECT_EQ(check(after, "a", &v), record::check::torn);
 }
 
 TEST(kv_record, incr_never_changes_a_readable_value_in_place) {
