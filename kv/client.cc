@@ -316,6 +316,14 @@ future<std::optional<uint64_t>> client::decr(std::string_view key, uint64_t delt
     return _servers[_ring.server_of(key)]->delta(false, key, delta);
 }
 
+future<> client::flush_all(int64_t delay) {
+    std::vector<future<>> all;
+    for (auto& s : _servers) {
+        all.push_back(s->flush_all(delay));
+    }
+    co_await when_all_succeed(std::move(all));
+}
+
 future<> client::close() {
     std::vector<future<>> all;
     for (auto& s : _servers) {

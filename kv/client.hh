@@ -134,6 +134,10 @@ public:
     /// relative, else absolute Unix time) without fetching it: true when it existed. A cached
     /// RDMA location of the key stays valid.
     future<bool> touch(std::string_view key, int64_t exptime);
+    /// memcached's flush_all on every server (libmemcached's `memcached_flush`): what was stored
+    /// before now (`delay` 0), or before `delay` (an exptime, memcached's rules), becomes
+    /// invisible then, cached RDMA locations included. Fails when any server fails.
+    future<> flush_all(int64_t delay = 0);
 
     /// Index of the server that holds `key` (libmemcached's choice).
     unsigned server_of(std::string_view key) const noexcept { return _ring.server_of(key); }

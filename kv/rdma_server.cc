@@ -86,6 +86,7 @@ struct rdma_server::conn {
     std::vector<grant> grants;
     std::vector<unsigned> free_slots;
     std::optional<message_queue> out; ///< replies, sent in order
+    gate pending;                     ///< requests answered later (flush_all): `serve` waits
     bool closed = false;
 };
 
@@ -165,6 +166,7 @@ future<> rdma_server::serve(rdma::connection rc) {
         kv_rdma_log.debug("connection ended: {}", std::current_exception());
     }
     c.closed = true;
+    co_await c.pending.close();
     // The client is gone (or misbehaved): its grants are revoked before their memory returns.
     for (grant& g : c.grants) {
         if (g.it) {
@@ -217,6 +219,20 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         r.aux = shard_count();
         r.number = this_shard_id();
         reply(c, r);
+        return;
+    }
+    if (q.code == wire::op::flush_all) {
+        if (len != sizeof(q)) {
+            ++_stats.bad_requests;
+            r.code = wire::status::bad_request;
+            reply(c, r);
+            return;
+        }
+        // Answered once every shard has flushed; other requests go on meanwhile (replies are
+        // matched by id). A connection ending first waits for it in `serve`.
+        if (c.pending.try_enter()) {
+            (void)flush_everywhere(c, r, q.exptime).finally([&c] { c.pending.leave(); });
+        }
         return;
     }
     size_t body = len - sizeof(q);
@@ -350,6 +366,17 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         reply(c, r);
         return;
     }
+}
+
+future<> rdma_server::flush_everywhere(conn& c, wire::response r, int64_t exptime) {
+    try {
+        co_await _servers->invoke_on_all([exptime](server& s) { s.store().flush_all(exptime); });
+    } catch (...) {
+        kv_rdma_log.warn("flush_all: {}", std::current_exception());
+        r.code = wire::status::busy; // a shard is stopping
+    }
+    r.now = _store->now();
+    reply(c, r);
 }
 
 void rdma_server::handle_commit(conn& c, uint32_t token) {

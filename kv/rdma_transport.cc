@@ -714,6 +714,23 @@ future<bool> rdma_transport::touch(std::string_view key_in, int64_t exptime) {
     co_return r.h.code == wire::status::ok;
 }
 
+future<> rdma_transport::flush_all(int64_t delay) {
+    if (_closed) {
+        fail(client_errc::bad_request, "client closed");
+    }
+    co_await connect_all();
+    wire::request q;
+    q.code = wire::op::flush_all;
+    q.exptime = delay;
+    reply r = co_await call(0, q, {}, {}); // any shard: it flushes them all before it answers
+    if (r.h.code != wire::status::ok) {
+        fail(client_errc::server, std::string("flush_all: ") + status_text(r.h.code));
+    }
+    if (delay == 0) {
+        _cache.clear(); // every location is dead now (a delayed flush's die at its deadline)
+    }
+}
+
 future<std::optional<uint64_t>> rdma_transport::delta(bool incr, std::string_view key_in, uint64_t delta) {
     std::string key(key_in);
     co_await prepare_write(key);

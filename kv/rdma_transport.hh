@@ -76,6 +76,7 @@ public:
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
+    future<> flush_all(int64_t delay) override;
     future<> close() override;
 
     /// One key's value (the building block of `get`). A cached location is READ without a

@@ -25,6 +25,9 @@ enum class op : uint8_t {
     incr = 6,   ///< key, `arg` delta → new value
     decr = 7,   ///< key, `arg` delta → new value
     touch = 8,  ///< key, `exptime` → touched (ok) or not found
+    /// no key, `exptime` → ok once every shard of the server has run memcached's flush_all
+    /// (at once, or its deadline set); any shard takes it
+    flush_all = 9,
 };
 
 /// Storage modes of `store` and `grant` (memcached's).
@@ -66,7 +69,7 @@ struct request {
                             ///< inline limit (with `client_inline_limit`)
     uint32_t flags = 0;     ///< store/grant: the client's flags
     uint32_t reserved3 = 0;
-    int64_t exptime = 0; ///< store/grant/touch: memcached's exptime
+    int64_t exptime = 0; ///< store/grant/touch: memcached's exptime; flush_all: its delay
     uint64_t arg = 0;    ///< store/grant with mode cas: the CAS unique; incr/decr: delta
 };
 static_assert(sizeof(request) == 40);

@@ -163,6 +163,21 @@ future<bool> text_transport::touch(std::string_view key, int64_t exptime) {
     return enqueue(expect::touched, {}).then([](reply r) { return r.found; });
 }
 
+future<> text_transport::flush_all(int64_t delay) {
+    try {
+        check_open("(flush_all)");
+    } catch (...) {
+        return make_exception_future<>(std::current_exception());
+    }
+    _tx += "flush_all";
+    if (delay != 0) {
+        _tx += ' ';
+        _tx += std::to_string(delay);
+    }
+    _tx += "\r\n";
+    return enqueue(expect::ok, {}).discard_result();
+}
+
 future<std::optional<uint64_t>> text_transport::delta(bool incr, std::string_view key, uint64_t delta) {
     try {
         check_open(key);
@@ -424,6 +439,11 @@ bool text_transport::parse_line(std::string_view line, std::string_view rest, si
         if (line == "TOUCHED") {
             p.r.found = true;
         } else if (line != "NOT_FOUND") {
+            throw bad();
+        }
+        break;
+    case expect::ok:
+        if (line != "OK") {
             throw bad();
         }
         break;

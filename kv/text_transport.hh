@@ -38,6 +38,7 @@ public:
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
+    future<> flush_all(int64_t delay) override;
     future<> close() override;
 
     /// Connections made so far (tests: reconnection after a failure).
@@ -45,7 +46,7 @@ public:
 
 private:
     /// What a request expects back.
-    enum class expect : uint8_t { values, stored, deleted, number, touched };
+    enum class expect : uint8_t { values, stored, deleted, number, touched, ok };
     /// The parsed reply of one request.
     struct reply {
         std::vector<std::optional<fetched_value>> values; ///< expect::values

@@ -11,6 +11,7 @@
 #include "net/tcp/tcp.hh"
 #include "tests/kv/kv_test_util.hh"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -307,6 +308,14 @@ future<> check_commands(net::socket_address addr) {
     EXPECT_EQ(co_await c.set("big", big), kv::store_outcome::stored);
     auto b = co_await c.get("big");
     EXPECT_TRUE(b && b->data == big) << "a value that arrives in many reads";
+    co_await c.flush_all(100); // in 100 s: everything stays visible now
+    auto still = co_await c.get("big");
+    EXPECT_TRUE(still && still->data == big) << "a delayed flush_all took effect at once";
+    co_await c.flush_all();
+    EXPECT_FALSE(co_await c.get("big"));
+    EXPECT_FALSE(co_await c.get("n"));
+    EXPECT_EQ(co_await c.set("after", "x"), kv::store_outcome::stored);
+    EXPECT_EQ((co_await c.get("after"))->data, "x") << "stored after the flush, in its second";
     co_await c.close();
 }
 
@@ -428,6 +437,11 @@ TEST(kv_client, multi_get_across_servers) {
                           }
                       }
                       EXPECT_TRUE(got[600] && got[600]->data == "v0");
+                      // flush_all reaches every server.
+                      co_await c.flush_all();
+                      auto flushed = co_await c.get_many(keys);
+                      EXPECT_EQ(
+                          std::count_if(flushed.begin(), flushed.end(), [](auto& v) { return bool(v); }), 0);
                       co_await c.close();
                       co_await a.stop();
                       co_await b.stop();

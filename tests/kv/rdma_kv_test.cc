@@ -114,6 +114,17 @@ TEST(kv_rdma, tcp_and_rdma_share_one_store_in_registered_memory) {
             EXPECT_EQ(rdma::registration_count() - co_await pool_registrations() - regs, grants)
                 << "a registration per item or per GET";
             EXPECT_EQ(co_await kvs.refs(), 0u);
+            // flush_all over RDMA flushes both shards: delayed, nothing changes yet; at once,
+            // every key is gone over both protocols (k3 by its cached location too).
+            co_await over_rdma.flush_all(100);
+            RDMA_CHECK((co_await tcp.get("k3"))->data == want["k3"]);
+            co_await over_rdma.flush_all();
+            const std::vector<std::string> gone = {"k1", "k3", "k4", "k5", "n"}; // named: g++ 12
+            for (const std::string& k : gone) {
+                RDMA_CHECK(!(co_await tcp.get(k)));
+                RDMA_CHECK(!(co_await over_rdma.get(k)));
+            }
+            EXPECT_EQ(co_await kvs.sum([](kv::rdma_server& r) { return r.stats().bad_requests; }), 0u);
         });
     });
     EXPECT_EQ(rc, 0);
@@ -361,6 +372,11 @@ TEST(kv_rdma, uncommitted_grants_expire_and_a_disconnect_returns_them) {
                 get.code = kv::wire::op::get;
                 auto miss = co_await raw.call(get, k);
                 EXPECT_EQ(miss.code, kv::wire::status::not_found);
+                // flush_all takes no key: one with bytes after its header is refused, nothing flushed.
+                kv::wire::request flush;
+                flush.code = kv::wire::op::flush_all;
+                auto refused = co_await raw.call(flush, "junk");
+                EXPECT_EQ(refused.code, kv::wire::status::bad_request);
                 // Three grants, then the client goes away: all three return.
                 for (int i = 0; i < 3; ++i) {
                     RDMA_CHECK((co_await raw.grant(key_on(0, 2, k + std::to_string(i) + "_"), 70000)).code ==
