@@ -88,6 +88,12 @@ int check_key(const char* key, size_t key_size, const char* what) {
     return SHOAL_OK;
 }
 
+/// `check` of a blocking call, then `check_key`: the first failure's status, else SHOAL_OK.
+int check_blocking_key(shoal_kv* kv, const char* key, size_t key_size, const char* what) {
+    int rc = check(kv, what, true);
+    return rc != SHOAL_OK ? rc : check_key(key, key_size, what);
+}
+
 int store_status(kv::store_outcome outcome, const char* what) {
     switch (outcome) {
     case kv::store_outcome::stored:
@@ -106,10 +112,7 @@ int store_status(kv::store_outcome outcome, const char* what) {
 int store(shoal_kv* kv, bool add, const char* key, size_t key_size, const void* value, size_t size,
           uint32_t flags, int64_t exptime, const char* what) {
     return guarded([&] {
-        if (int rc = check(kv, what, true); rc != SHOAL_OK) {
-            return rc;
-        }
-        if (int rc = check_key(key, key_size, what); rc != SHOAL_OK) {
+        if (int rc = check_blocking_key(kv, key, key_size, what); rc != SHOAL_OK) {
             return rc;
         }
         if (!value && size) {
@@ -316,18 +319,74 @@ int shoal_kv_get_many(shoal_kv* kv, size_t count, const char* const* keys, const
     });
 }
 
-int shoal_kv_delete(shoal_kv* kv, const char* key, size_t key_size) {
+namespace {
+
+/// shoal_kv_incr / shoal_kv_decr.
+int add_delta(shoal_kv* kv, bool incr, const char* key, size_t key_size, uint64_t delta, uint64_t* value,
+              const char* what) {
     return guarded([&] {
-        if (int rc = check(kv, "shoal_kv_delete", true); rc != SHOAL_OK) {
+        if (int rc = check_blocking_key(kv, key, key_size, what); rc != SHOAL_OK) {
             return rc;
         }
-        if (int rc = check_key(key, key_size, "shoal_kv_delete"); rc != SHOAL_OK) {
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        auto f = st.runtime().engine().submit(st.shard(), [&st, incr, k, delta] {
+            return incr ? st.client().incr(k, delta) : st.client().decr(k, delta);
+        });
+        std::optional<uint64_t> n = f.get();
+        if (!n) {
+            return fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
+        }
+        if (value) {
+            *value = *n;
+        }
+        return int(SHOAL_OK);
+    });
+}
+
+} // namespace
+
+int shoal_kv_delete(shoal_kv* kv, const char* key, size_t key_size) {
+    return guarded([&] {
+        if (int rc = check_blocking_key(kv, key, key_size, "shoal_kv_delete"); rc != SHOAL_OK) {
             return rc;
         }
         auto& st = *kv->state;
         std::string_view k(key, key_size);
         auto f = st.runtime().engine().submit(st.shard(), [&st, k] { return st.client().remove(k); });
         return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, "shoal_kv_delete: no such key");
+    });
+}
+
+int shoal_kv_incr(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta, uint64_t* value) {
+    return add_delta(kv, true, key, key_size, delta, value, "shoal_kv_incr");
+}
+
+int shoal_kv_decr(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta, uint64_t* value) {
+    return add_delta(kv, false, key, key_size, delta, value, "shoal_kv_decr");
+}
+
+int shoal_kv_touch(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime) {
+    return guarded([&] {
+        if (int rc = check_blocking_key(kv, key, key_size, "shoal_kv_touch"); rc != SHOAL_OK) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        auto f = st.runtime().engine().submit(st.shard(),
+                                              [&st, k, exptime] { return st.client().touch(k, exptime); });
+        return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, "shoal_kv_touch: no such key");
+    });
+}
+
+int shoal_kv_flush_all(shoal_kv* kv, int64_t delay) {
+    return guarded([&] {
+        if (int rc = check(kv, "shoal_kv_flush_all", true); rc != SHOAL_OK) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        st.runtime().engine().submit(st.shard(), [&st, delay] { return st.client().flush_all(delay); }).get();
+        return int(SHOAL_OK);
     });
 }
 

@@ -144,6 +144,42 @@ static void test_round_trips(shoal_kv* kv) {
     CHECK(shoal_kv_buffer_capacity(3, 1000) == 56 + 1008 + 16);
 }
 
+/* incr/decr, touch and flush_all (last: it empties the servers). */
+static void test_counters_touch_flush(shoal_kv* kv) {
+    uint64_t n = 0;
+    CHECK_RC(shoal_kv_set(kv, "c-count", 7, "10", 2, 0, 0), SHOAL_OK);
+    CHECK_RC(shoal_kv_incr(kv, "c-count", 7, 5, &n), SHOAL_OK);
+    CHECK(n == 15);
+    CHECK_RC(shoal_kv_decr(kv, "c-count", 7, 100, &n), SHOAL_OK);
+    CHECK(n == 0); /* decr stops at 0 */
+    CHECK_RC(shoal_kv_incr(kv, "c-count", 7, 1, NULL), SHOAL_OK);
+    CHECK_RC(shoal_kv_incr(kv, "c-nokey", 7, 1, &n), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_decr(kv, "c-nokey", 7, 1, &n), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_set(kv, "c-text", 6, "abc", 3, 0, 0), SHOAL_OK);
+    CHECK_RC(shoal_kv_incr(kv, "c-text", 6, 1, &n), SHOAL_ESERVER);
+    CHECK(strstr(shoal_last_error(), "non-numeric") != NULL);
+    CHECK_RC(shoal_kv_incr(kv, "bad key", 7, 1, &n), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_incr(NULL, "c-count", 7, 1, &n), SHOAL_EINVAL);
+    /* touch: the value stays; into the past, it is gone. */
+    char out[8];
+    size_t size = 0;
+    CHECK_RC(shoal_kv_touch(kv, "c-text", 6, 3600), SHOAL_OK);
+    CHECK_RC(shoal_kv_get(kv, "c-text", 6, out, sizeof out, &size, NULL), SHOAL_OK);
+    CHECK(size == 3 && memcmp(out, "abc", 3) == 0);
+    CHECK_RC(shoal_kv_touch(kv, "c-text", 6, -1), SHOAL_OK);
+    CHECK_RC(shoal_kv_get(kv, "c-text", 6, out, sizeof out, &size, NULL), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_touch(kv, "c-text", 6, 0), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_touch(kv, "", 0, 0), SHOAL_EINVAL);
+    /* flush_all: delayed, nothing changes yet; at once, every server is empty. */
+    CHECK_RC(shoal_kv_flush_all(kv, 100), SHOAL_OK);
+    CHECK_RC(shoal_kv_incr(kv, "c-count", 7, 1, &n), SHOAL_OK);
+    CHECK(n == 2);
+    CHECK_RC(shoal_kv_flush_all(kv, 0), SHOAL_OK);
+    CHECK_RC(shoal_kv_get(kv, "c-count", 7, out, sizeof out, &size, NULL), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_get(kv, "c-empty", 7, out, sizeof out, &size, NULL), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_flush_all(NULL, 0), SHOAL_EINVAL);
+}
+
 static void test_get_many(shoal_kv* kv) {
     enum { n = 64 };
     char names[n][16];
@@ -1301,6 +1337,8 @@ int main(void) {
         test_kv_buffers(rt, kv);
         lap("test_kv_buffers");
     }
+    test_counters_touch_flush(kv);
+    lap("test_counters_touch_flush");
     test_dead_server(rt);
     lap("test_dead_server");
     if (!use_rdma) {

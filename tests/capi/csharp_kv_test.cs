@@ -15,6 +15,10 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_set(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime);
     [DllImport(Lib)] public static extern int shoal_kv_get(IntPtr kv, byte[] key, UIntPtr key_size, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags);
     [DllImport(Lib)] public static extern int shoal_kv_delete(IntPtr kv, byte[] key, UIntPtr key_size);
+    [DllImport(Lib)] public static extern int shoal_kv_incr(IntPtr kv, byte[] key, UIntPtr key_size, ulong delta, out ulong value);
+    [DllImport(Lib)] public static extern int shoal_kv_decr(IntPtr kv, byte[] key, UIntPtr key_size, ulong delta, out ulong value);
+    [DllImport(Lib)] public static extern int shoal_kv_touch(IntPtr kv, byte[] key, UIntPtr key_size, long exptime);
+    [DllImport(Lib)] public static extern int shoal_kv_flush_all(IntPtr kv, long delay);
 
     /// shoal_kv_get_buffer_cb: on OK the value lies at `value_offset` in the buffer, `size`
     /// bytes; on ETOOSMALL `size` is the capacity needed.
@@ -180,6 +184,19 @@ static class Program {
 
         var badKey = Encoding.ASCII.GetBytes("bad key");
         Check(Shoal.shoal_kv_set(kv, badKey, Len(badKey), value, Len(value), 0, 0) == Shoal.EINVAL, "bad key refused");
+
+        // Counters, touch and flush_all (minor 7).
+        var counter = Encoding.ASCII.GetBytes("cs-counter");
+        var ten = Encoding.ASCII.GetBytes("10");
+        ulong n;
+        Check(Shoal.shoal_kv_set(kv, counter, Len(counter), ten, Len(ten), 0, 0) == Shoal.OK, "set counter");
+        Check(Shoal.shoal_kv_incr(kv, counter, Len(counter), 32, out n) == Shoal.OK && n == 42, "incr");
+        Check(Shoal.shoal_kv_decr(kv, counter, Len(counter), 2, out n) == Shoal.OK && n == 40, "decr");
+        Check(Shoal.shoal_kv_incr(kv, key, Len(key), 1, out n) == Shoal.ENOTFOUND, "incr of a missing key");
+        Check(Shoal.shoal_kv_touch(kv, counter, Len(counter), 3600) == Shoal.OK, "touch");
+        Check(Shoal.shoal_kv_touch(kv, key, Len(key), 3600) == Shoal.ENOTFOUND, "touch of a missing key");
+        Check(Shoal.shoal_kv_flush_all(kv, 0) == Shoal.OK, "flush_all");
+        Check(Shoal.shoal_kv_incr(kv, counter, Len(counter), 1, out n) == Shoal.ENOTFOUND, "flushed");
 
         if (rdma) {
             BufferCalls(rt, kv);

@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 6
+#define SHOAL_C_VERSION_MINOR 7
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -153,6 +153,20 @@ SHOAL_C_API int shoal_kv_get_many(shoal_kv* kv, size_t count, const char* const*
                                   const size_t* key_sizes, shoal_kv_value* results);
 /** Deletes `key`; SHOAL_ENOTFOUND when it did not exist. */
 SHOAL_C_API int shoal_kv_delete(shoal_kv* kv, const char* key, size_t key_size);
+/** Adds `delta` to the decimal number stored at `key` (wrapping at 2^64), the new value in
+ *  `*value` (may be NULL); SHOAL_ENOTFOUND when missing, SHOAL_ESERVER when not a number.
+ *  shoal_kv_incr, _decr, _touch and _flush_all: since minor 7. */
+SHOAL_C_API int shoal_kv_incr(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta,
+                              uint64_t* value);
+/** Subtracts `delta` (stopping at 0); otherwise as shoal_kv_incr. */
+SHOAL_C_API int shoal_kv_decr(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta,
+                              uint64_t* value);
+/** Gives `key` a new exptime (memcached's rules, as shoal_kv_set's) without fetching it;
+ *  SHOAL_ENOTFOUND when it does not exist. */
+SHOAL_C_API int shoal_kv_touch(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime);
+/** memcached's flush_all on every server of the client: what was stored before now (`delay`
+ *  0) or before `delay` (an exptime) becomes invisible then. */
+SHOAL_C_API int shoal_kv_flush_all(shoal_kv* kv, int64_t delay);
 
 /** shoal_kv_set without waiting: `done` runs on the client's shard thread when it completes.
  *  Returns SHOAL_OK when the request was handed over (`done` will run exactly once), else an
