@@ -186,7 +186,7 @@ TEST(kv_record, a_delayed_flush_invalidates_cached_locations_at_its_deadline) {
     EXPECT_EQ(s->stats().curr_items, 0u);
     EXPECT_EQ(s->quarantined(), 1u) << "the chunk waits for the grace period like any freed one";
     item* a2 = put_item(*s, "a", "after"); // stored in the deadline's second, after it: alive
-    auto a2_buf = read_record(a2); // v's views point into it
+    auto a2_buf = read_record(a2);         // v's views point into it
     ASSERT_EQ(check(a2_buf, "a", &v), record::check::ok);
     EXPECT_EQ(v.value, "after");
     s->set_time(t0 + 100);
