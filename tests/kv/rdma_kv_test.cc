@@ -396,6 +396,36 @@ TEST(kv_rdma, uncommitted_grants_expire_and_a_disconnect_returns_them) {
                 uint64_t expired_more =
                     co_await kvs.sum([](kv::rdma_server& r) { return r.stats().grants_expired; });
                 EXPECT_EQ(dropped + expired_more - 1, 3u);
+                // A client that asks for flush_all and hangs up as soon as the server has the
+                // request, likely before the answer (five times): the flush still happens, and
+                // the server goes on serving.
+                kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
+                for (int i = 0; i < 5; ++i) {
+                    RDMA_CHECK(co_await tcp.set(k, "x", 0, 0) == kv::store_outcome::stored);
+                    raw_client quitter = co_await raw_client::connect(kvs.rdma_addr);
+                    kv::wire::request flush;
+                    flush.code = kv::wire::op::flush_all;
+                    flush.id = 1;
+                    std::string m(reinterpret_cast<const char*>(&flush), sizeof(flush));
+                    uint64_t before = co_await kvs.sum([](kv::rdma_server& r) { return r.stats().requests; });
+                    co_await quitter.msgs.send(net::temporary_buffer::copy_of(m));
+                    // (send resolves once the transport took the message; a close now could drop it)
+                    for (int j = 0; j < 5000; ++j) {
+                        if (co_await kvs.sum([](kv::rdma_server& r) { return r.stats().requests; }) >
+                            before) {
+                            break;
+                        }
+                    }
+                    quitter.c.close();
+                    bool flushed = false;
+                    for (int j = 0; j < 500 && !flushed; ++j) {
+                        flushed = !(co_await tcp.get(k));
+                        co_await sleep(std::chrono::milliseconds(10));
+                    }
+                    RDMA_CHECK(flushed);
+                }
+                raw_client after = co_await raw_client::connect(kvs.rdma_addr);
+                RDMA_CHECK((co_await after.call(get, k)).code == kv::wire::status::not_found);
             },
             rc);
     });
