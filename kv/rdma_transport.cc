@@ -726,7 +726,7 @@ future<> rdma_transport::flush_all(int64_t delay) {
     if (r.h.code != wire::status::ok) {
         fail(client_errc::server, std::string("flush_all: ") + status_text(r.h.code));
     }
-    if (delay == 0) {
+    if (delay <= 0) {
         _cache.clear(); // every location is dead now (a delayed flush's die at its deadline)
     }
 }
