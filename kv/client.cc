@@ -171,6 +171,14 @@ future<store_outcome> client::cas(std::string_view key, std::string_view value, 
     return store(internal::store_op::cas, key, value, flags, exptime, cas_unique);
 }
 
+future<store_outcome> client::append(std::string_view key, std::string_view value) {
+    return store(internal::store_op::append, key, value, 0, 0, 0);
+}
+
+future<store_outcome> client::prepend(std::string_view key, std::string_view value) {
+    return store(internal::store_op::prepend, key, value, 0, 0, 0);
+}
+
 future<store_outcome> client::store_from(internal::store_op op, std::string_view key,
                                          const net::rdma::buffer& src, size_t offset, size_t length,
                                          uint32_t flags, int64_t exptime, uint64_t cas_unique) {

@@ -75,6 +75,12 @@ public:
     /// `not_found` if it is gone).
     future<store_outcome> cas(std::string_view key, std::string_view value, uint64_t cas_unique,
                               uint32_t flags = 0, int64_t exptime = 0);
+    /// Adds `value` after the value of `key`, keeping its flags and exptime (`not_stored` when
+    /// the key is missing). Over RDMA a large `value` is granted and WRITTEN like a `set`'s, and
+    /// the server joins it to the current value.
+    future<store_outcome> append(std::string_view key, std::string_view value);
+    /// Adds `value` before the value of `key`; otherwise as `append`.
+    future<store_outcome> prepend(std::string_view key, std::string_view value);
 
     /// `set` of the `length` bytes at `offset` of `src`, a buffer of this shard's RDMA pool. Over
     /// RDMA a granted value (larger than `rdma_client_options::inline_put_max` or one message) is

@@ -14,7 +14,7 @@
 namespace shoal::kv::internal {
 
 /// The storage commands a transport carries.
-enum class store_op { set, add, replace, cas };
+enum class store_op { set, add, replace, cas, append, prepend };
 
 /// Copies `value` to the start of `dst` (a `get_into` answered by copying): where it lies, or
 /// nullopt when `dst` is too small for it.

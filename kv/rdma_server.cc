@@ -30,6 +30,10 @@ store_mode mode_of(wire::mode m) noexcept {
         return store_mode::replace;
     case wire::mode::cas:
         return store_mode::cas;
+    case wire::mode::append:
+        return store_mode::append;
+    case wire::mode::prepend:
+        return store_mode::prepend;
     default:
         return store_mode::set;
     }
@@ -235,6 +239,12 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         }
         return;
     }
+    if ((q.code == wire::op::store || q.code == wire::op::grant) && q.how > wire::mode::prepend) {
+        ++_stats.bad_requests; // a mode this server does not know: never read as another one
+        r.code = wire::status::bad_request;
+        reply(c, r);
+        return;
+    }
     size_t body = len - sizeof(q);
     size_t inline_value = q.code == wire::op::store ? q.value_len : 0;
     std::string_view key(msg + sizeof(q), std::min<size_t>(q.key_len, body));
@@ -392,13 +402,24 @@ void rdma_server::handle_commit(conn& c, uint32_t token) {
     g.slice.revoke();
     item* it = std::exchange(g.it, nullptr);
     uint64_t cas = 0;
-    store_result sr = _store->commit(mode_of(g.how), it, g.h, g.cas, &cas);
+    const store_mode mode = mode_of(g.how);
+    store_result sr;
+    item* stored = it;
+    if (mode == store_mode::append || mode == store_mode::prepend) {
+        // The granted bytes join the current value in a new item (`put` copies them there);
+        // the reserved one goes back.
+        sr = _store->put(mode, it->key(), g.h, 0, 0, it->value(), 0, &cas);
+        stored = sr == store_result::stored ? _store->peek(it->key(), g.h) : nullptr;
+        _store->abandon(it);
+    } else {
+        sr = _store->commit(mode, it, g.h, g.cas, &cas);
+    }
     wire::response r;
     r.now = _store->now();
     r.id = g.id;
     r.code = status_of(sr);
-    if (sr == store_result::stored) {
-        locate(r, it);
+    if (sr == store_result::stored && stored) {
+        locate(r, stored);
     }
     ++g.gen;
     c.free_slots.push_back(slot);

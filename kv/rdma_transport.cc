@@ -582,6 +582,10 @@ wire::mode mode_of(store_op op) {
         return wire::mode::replace;
     case store_op::cas:
         return wire::mode::cas;
+    case store_op::append:
+        return wire::mode::append;
+    case store_op::prepend:
+        return wire::mode::prepend;
     default:
         return wire::mode::set;
     }

@@ -31,7 +31,7 @@ enum class op : uint8_t {
 };
 
 /// Storage modes of `store` and `grant` (memcached's).
-enum class mode : uint8_t { set = 0, add = 1, replace = 2, cas = 3 };
+enum class mode : uint8_t { set = 0, add = 1, replace = 2, cas = 3, append = 4, prepend = 5 };
 
 /// Outcomes.
 enum class status : uint8_t {

@@ -94,7 +94,7 @@ future<store_outcome> text_transport::store(store_op op, std::string_view key, s
     } catch (...) {
         return make_exception_future<store_outcome>(std::current_exception());
     }
-    static constexpr std::string_view verbs[] = {"set ", "add ", "replace ", "cas "};
+    static constexpr std::string_view verbs[] = {"set ", "add ", "replace ", "cas ", "append ", "prepend "};
     _tx += verbs[int(op)];
     _tx += key;
     _tx += ' ';

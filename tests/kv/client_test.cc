@@ -308,6 +308,13 @@ future<> check_commands(net::socket_address addr) {
     EXPECT_EQ(co_await c.set("big", big), kv::store_outcome::stored);
     auto b = co_await c.get("big");
     EXPECT_TRUE(b && b->data == big) << "a value that arrives in many reads";
+    EXPECT_EQ(co_await c.set("ap", "mid", 5, 0), kv::store_outcome::stored);
+    EXPECT_EQ(co_await c.append("ap", "-end"), kv::store_outcome::stored);
+    EXPECT_EQ(co_await c.prepend("ap", "start-"), kv::store_outcome::stored);
+    auto ap = co_await c.get("ap");
+    EXPECT_TRUE(ap && ap->data == "start-mid-end" && ap->flags == 5u) << "append/prepend keep the flags";
+    EXPECT_EQ(co_await c.append("nokey", "x"), kv::store_outcome::not_stored);
+    EXPECT_EQ(co_await c.prepend("nokey", "x"), kv::store_outcome::not_stored);
     co_await c.flush_all(100); // in 100 s: everything stays visible now
     auto still = co_await c.get("big");
     EXPECT_TRUE(still && still->data == big) << "a delayed flush_all took effect at once";

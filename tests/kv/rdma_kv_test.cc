@@ -96,6 +96,18 @@ TEST(kv_rdma, tcp_and_rdma_share_one_store_in_registered_memory) {
             RDMA_CHECK(co_await over_rdma.remove("k2"));
             RDMA_CHECK(!(co_await tcp.get("k2")));
             RDMA_CHECK(!(co_await over_rdma.remove("k2")));
+            // append/prepend over RDMA: inline, and granted (70 KB: WRITTEN into a slice, then
+            // joined by the server); a missing key is not stored and its grant returns.
+            const std::string tail(70000, 't');
+            RDMA_CHECK(co_await over_rdma.append("k5", tail) == kv::store_outcome::stored);
+            RDMA_CHECK(co_await over_rdma.prepend("k5", "head-") == kv::store_outcome::stored);
+            want["k5"] = "head-" + want["k5"] + tail;
+            RDMA_CHECK((co_await tcp.get("k5"))->data == want["k5"]);
+            RDMA_CHECK((co_await over_rdma.get("k5"))->data == want["k5"]);
+            RDMA_CHECK((co_await over_rdma.get("k5"))->flags == 5u);
+            RDMA_CHECK(co_await over_rdma.append("nope", tail) == kv::store_outcome::not_stored);
+            RDMA_CHECK(co_await over_rdma.prepend("nope", "x") == kv::store_outcome::not_stored);
+            EXPECT_EQ(co_await kvs.refs(), 0u) << "the grant of a refused append was not returned";
             RDMA_CHECK(co_await over_rdma.touch("k4", 3600));
             RDMA_CHECK((co_await over_rdma.get("k4"))->data == want["k4"]);
             RDMA_CHECK(!(co_await over_rdma.touch("k2", 3600)));
@@ -377,6 +389,14 @@ TEST(kv_rdma, uncommitted_grants_expire_and_a_disconnect_returns_them) {
                 flush.code = kv::wire::op::flush_all;
                 auto refused = co_await raw.call(flush, "junk");
                 EXPECT_EQ(refused.code, kv::wire::status::bad_request);
+                // A storage mode the server does not know is refused, not read as a set.
+                kv::wire::request odd;
+                odd.code = kv::wire::op::store;
+                odd.how = kv::wire::mode(9);
+                odd.value_len = 1;
+                auto unknown = co_await raw.call(odd, k, "v");
+                EXPECT_EQ(unknown.code, kv::wire::status::bad_request);
+                EXPECT_EQ((co_await raw.call(get, k)).code, kv::wire::status::not_found);
                 // Three grants, then the client goes away: all three return.
                 for (int i = 0; i < 3; ++i) {
                     RDMA_CHECK((co_await raw.grant(key_on(0, 2, k + std::to_string(i) + "_"), 70000)).code ==
