@@ -143,6 +143,22 @@ int start_async(shoal_kv* kv, const char* what, Fn fn, Report report) {
     });
 }
 
+/// A blocking call about one key that says whether the key was there (`call(client, key)`
+/// resolves with that bool): SHOAL_OK, or SHOAL_ENOTFOUND naming `what`.
+template <typename Call>
+int found_or_not(shoal_kv* kv, const char* key, size_t key_size, const char* what, Call call) {
+    return guarded([&] {
+        if (int rc = check_blocking_key(kv, key, key_size, what); rc != SHOAL_OK) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        std::string_view k(key, key_size);
+        // `call` lives on this thread's stack, which blocks in `get` until the shard is done.
+        auto f = st.runtime().engine().submit(st.shard(), [&st, k, &call] { return call(st.client(), k); });
+        return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
+    });
+}
+
 } // namespace
 
 extern "C" {
@@ -347,15 +363,8 @@ int add_delta(shoal_kv* kv, bool incr, const char* key, size_t key_size, uint64_
 } // namespace
 
 int shoal_kv_delete(shoal_kv* kv, const char* key, size_t key_size) {
-    return guarded([&] {
-        if (int rc = check_blocking_key(kv, key, key_size, "shoal_kv_delete"); rc != SHOAL_OK) {
-            return rc;
-        }
-        auto& st = *kv->state;
-        std::string_view k(key, key_size);
-        auto f = st.runtime().engine().submit(st.shard(), [&st, k] { return st.client().remove(k); });
-        return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, "shoal_kv_delete: no such key");
-    });
+    return found_or_not(kv, key, key_size, "shoal_kv_delete",
+                        [](kv::client& c, std::string_view k) { return c.remove(k); });
 }
 
 int shoal_kv_incr(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta, uint64_t* value) {
@@ -367,16 +376,8 @@ int shoal_kv_decr(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta
 }
 
 int shoal_kv_touch(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime) {
-    return guarded([&] {
-        if (int rc = check_blocking_key(kv, key, key_size, "shoal_kv_touch"); rc != SHOAL_OK) {
-            return rc;
-        }
-        auto& st = *kv->state;
-        std::string_view k(key, key_size);
-        auto f = st.runtime().engine().submit(st.shard(),
-                                              [&st, k, exptime] { return st.client().touch(k, exptime); });
-        return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, "shoal_kv_touch: no such key");
-    });
+    return found_or_not(kv, key, key_size, "shoal_kv_touch",
+                        [exptime](kv::client& c, std::string_view k) { return c.touch(k, exptime); });
 }
 
 int shoal_kv_flush_all(shoal_kv* kv, int64_t delay) {

@@ -692,37 +692,36 @@ future<store_outcome> rdma_transport::put(store_op op, std::string_view key_in, 
     }
 }
 
-future<bool> rdma_transport::remove(std::string_view key_in) {
-    std::string key(key_in);
-    co_await prepare_write(key);
-    wire::request q;
-    q.code = wire::op::remove;
+future<bool> rdma_transport::found_or_missing(wire::request q, std::string key, const char* what,
+                                              bool moves) {
+    if (moves) {
+        co_await prepare_write(key);
+    } else {
+        co_await ready();
+    }
     reply r = co_await call(shard_of_key(key), q, key, {});
     if (r.h.code != wire::status::ok && r.h.code != wire::status::not_found) {
-        fail(client_errc::server, std::string("delete: ") + status_text(r.h.code));
+        fail(client_errc::server, std::string(what) + ": " + status_text(r.h.code));
     }
     co_return r.h.code == wire::status::ok;
 }
 
-future<bool> rdma_transport::touch(std::string_view key_in, int64_t exptime) {
-    std::string key(key_in);
-    co_await prepare_write(key);
+future<bool> rdma_transport::remove(std::string_view key) {
+    wire::request q;
+    q.code = wire::op::remove;
+    return found_or_missing(q, std::string(key), "delete", true);
+}
+
+future<bool> rdma_transport::touch(std::string_view key, int64_t exptime) {
     wire::request q;
     q.code = wire::op::touch;
     q.exptime = exptime;
-    // A cached location stays good: the server seals the record again with its new exptime.
-    reply r = co_await call(shard_of_key(key), q, key, {});
-    if (r.h.code != wire::status::ok && r.h.code != wire::status::not_found) {
-        fail(client_errc::server, std::string("touch: ") + status_text(r.h.code));
-    }
-    co_return r.h.code == wire::status::ok;
+    // The cached location stays good: the server seals the record again with its new exptime.
+    return found_or_missing(q, std::string(key), "touch", false);
 }
 
 future<> rdma_transport::flush_all(int64_t delay) {
-    if (_closed) {
-        fail(client_errc::bad_request, "client closed");
-    }
-    co_await connect_all();
+    co_await ready();
     wire::request q;
     q.code = wire::op::flush_all;
     q.exptime = delay;
@@ -751,12 +750,11 @@ future<std::optional<uint64_t>> rdma_transport::delta(bool incr, std::string_vie
     co_return r.h.number;
 }
 
-future<> rdma_transport::prepare_write(const std::string& key) {
+future<> rdma_transport::ready() {
     if (_closed) {
         fail(client_errc::bad_request, "client closed");
     }
     co_await connect_all();
-    _cache.erase(key); // its location is about to change
 }
 
 future<> rdma_transport::close() {

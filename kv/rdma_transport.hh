@@ -125,8 +125,16 @@ private:
     }
     /// `e` (a failed one-sided operation on `s`) as a `connection` error; `s` is broken.
     client_error broken_by(shard_conn& s, const std::exception& e) noexcept;
-    /// Before a command that changes `key`: open, connected, its cached location dropped.
-    future<> prepare_write(const std::string& key);
+    /// Before a command: open, connected.
+    future<> ready();
+    /// Before a command that changes `key`: `ready`, its cached location dropped.
+    future<> prepare_write(const std::string& key) {
+        _cache.erase(key); // its location is about to change
+        return ready();
+    }
+    /// A command about `key` answered ok (true) or not_found (false); other statuses fail it,
+    /// named `what`. `moves`: it changes the key's location (`prepare_write`, else `ready`).
+    future<bool> found_or_missing(wire::request q, std::string key, const char* what, bool moves);
     future<std::shared_ptr<shard_conn>> connect_shard(unsigned shard);
     future<> receive_loop(std::shared_ptr<shard_conn> s);
     future<reply> call(unsigned shard, const wire::request& q, std::string_view key, std::string_view value,

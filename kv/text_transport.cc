@@ -137,30 +137,29 @@ future<std::optional<placed_value>> text_transport::get_into(std::string key, ne
     co_return placed;
 }
 
-future<bool> text_transport::remove(std::string_view key) {
+future<bool> text_transport::found_command(expect what, std::string_view verb, std::string_view key,
+                                           std::optional<int64_t> arg) {
     try {
         check_open(key);
     } catch (...) {
         return make_exception_future<bool>(std::current_exception());
     }
-    _tx += "delete ";
+    _tx += verb;
     _tx += key;
+    if (arg) {
+        _tx += ' ';
+        append_signed(_tx, *arg);
+    }
     _tx += "\r\n";
-    return enqueue(expect::deleted, {}).then([](reply r) { return r.found; });
+    return enqueue(what, {}).then([](reply r) { return r.found; });
+}
+
+future<bool> text_transport::remove(std::string_view key) {
+    return found_command(expect::deleted, "delete ", key, std::nullopt);
 }
 
 future<bool> text_transport::touch(std::string_view key, int64_t exptime) {
-    try {
-        check_open(key);
-    } catch (...) {
-        return make_exception_future<bool>(std::current_exception());
-    }
-    _tx += "touch ";
-    _tx += key;
-    _tx += ' ';
-    _tx += std::to_string(exptime);
-    _tx += "\r\n";
-    return enqueue(expect::touched, {}).then([](reply r) { return r.found; });
+    return found_command(expect::touched, "touch ", key, exptime);
 }
 
 future<> text_transport::flush_all(int64_t delay) {
@@ -172,7 +171,7 @@ future<> text_transport::flush_all(int64_t delay) {
     _tx += "flush_all";
     if (delay != 0) {
         _tx += ' ';
-        _tx += std::to_string(delay);
+        append_signed(_tx, delay);
     }
     _tx += "\r\n";
     return enqueue(expect::ok, {}).discard_result();
@@ -429,14 +428,8 @@ bool text_transport::parse_line(std::string_view line, std::string_view rest, si
         }
         break;
     case expect::deleted:
-        if (line == "DELETED") {
-            p.r.found = true;
-        } else if (line != "NOT_FOUND") {
-            throw bad();
-        }
-        break;
     case expect::touched:
-        if (line == "TOUCHED") {
+        if (line == (p.what == expect::deleted ? "DELETED" : "TOUCHED")) {
             p.r.found = true;
         } else if (line != "NOT_FOUND") {
             throw bad();

@@ -65,6 +65,9 @@ private:
     };
 
     future<reply> enqueue(expect what, std::vector<std::string> keys);
+    /// `verb key[ arg]`, answered by a found word or NOT_FOUND (delete, touch): whether found.
+    future<bool> found_command(expect what, std::string_view verb, std::string_view key,
+                               std::optional<int64_t> arg);
     void check_open(std::string_view key);
     future<> session();
     future<> read_loop(net::input_stream& in);
