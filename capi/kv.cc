@@ -108,9 +108,32 @@ int store_status(kv::store_outcome outcome, const char* what) {
     return fail(SHOAL_EINTERNAL, std::string(what) + ": unknown outcome");
 }
 
-/// A blocking storage command.
-int store(shoal_kv* kv, bool add, const char* key, size_t key_size, const void* value, size_t size,
-          uint32_t flags, int64_t exptime, const char* what) {
+/// The storage commands of the C ABI (memcached's).
+enum class store_kind { set, add, replace, cas, append, prepend };
+
+/// `kind` through `c`'s typed calls (append and prepend keep the stored flags and exptime).
+future<kv::store_outcome> run_store(kv::client& c, store_kind kind, std::string_view k, std::string_view v,
+                                    uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    switch (kind) {
+    case store_kind::add:
+        return c.add(k, v, flags, exptime);
+    case store_kind::replace:
+        return c.replace(k, v, flags, exptime);
+    case store_kind::cas:
+        return c.cas(k, v, cas_unique, flags, exptime);
+    case store_kind::append:
+        return c.append(k, v);
+    case store_kind::prepend:
+        return c.prepend(k, v);
+    case store_kind::set:
+        break;
+    }
+    return c.set(k, v, flags, exptime);
+}
+
+/// A blocking storage command (`cas_unique` is read by `cas` alone).
+int store(shoal_kv* kv, store_kind kind, const char* key, size_t key_size, const void* value, size_t size,
+          uint32_t flags, int64_t exptime, uint64_t cas_unique, const char* what) {
     return guarded([&] {
         if (int rc = check_blocking_key(kv, key, key_size, what); rc != SHOAL_OK) {
             return rc;
@@ -121,8 +144,8 @@ int store(shoal_kv* kv, bool add, const char* key, size_t key_size, const void* 
         auto& st = *kv->state;
         std::string_view k(key, key_size);
         std::string_view v(value ? static_cast<const char*>(value) : "", size);
-        auto f = st.runtime().engine().submit(st.shard(), [&st, add, k, v, flags, exptime] {
-            return add ? st.client().add(k, v, flags, exptime) : st.client().set(k, v, flags, exptime);
+        auto f = st.runtime().engine().submit(st.shard(), [&st, kind, k, v, flags, exptime, cas_unique] {
+            return run_store(st.client(), kind, k, v, flags, exptime, cas_unique);
         });
         return store_status(f.get(), what);
     });
@@ -206,12 +229,30 @@ void shoal_kv_destroy(shoal_kv* kv) {
 
 int shoal_kv_set(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                  uint32_t flags, int64_t exptime) {
-    return store(kv, false, key, key_size, value, size, flags, exptime, "shoal_kv_set");
+    return store(kv, store_kind::set, key, key_size, value, size, flags, exptime, 0, "shoal_kv_set");
 }
 
 int shoal_kv_add(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                  uint32_t flags, int64_t exptime) {
-    return store(kv, true, key, key_size, value, size, flags, exptime, "shoal_kv_add");
+    return store(kv, store_kind::add, key, key_size, value, size, flags, exptime, 0, "shoal_kv_add");
+}
+
+int shoal_kv_replace(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                     uint32_t flags, int64_t exptime) {
+    return store(kv, store_kind::replace, key, key_size, value, size, flags, exptime, 0, "shoal_kv_replace");
+}
+
+int shoal_kv_append(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size) {
+    return store(kv, store_kind::append, key, key_size, value, size, 0, 0, 0, "shoal_kv_append");
+}
+
+int shoal_kv_prepend(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size) {
+    return store(kv, store_kind::prepend, key, key_size, value, size, 0, 0, 0, "shoal_kv_prepend");
+}
+
+int shoal_kv_cas(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                 uint32_t flags, int64_t exptime, uint64_t cas_unique) {
+    return store(kv, store_kind::cas, key, key_size, value, size, flags, exptime, cas_unique, "shoal_kv_cas");
 }
 
 namespace {
@@ -236,16 +277,16 @@ std::optional<kv::fetched_value> get_value(shoal_kv* kv, const char* key, size_t
     return v;
 }
 
-} // namespace
-
-int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
-                 uint32_t* flags) {
+/// shoal_kv_get and _gets: the value copied into `out`, its size, flags and CAS unique reported
+/// where asked (NULL: not wanted).
+int get_into_caller(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
+                    uint32_t* flags, uint64_t* cas_unique, const char* what) {
     return guarded([&] {
         if (!out && capacity) {
-            return fail(SHOAL_EINVAL, "shoal_kv_get: NULL output buffer");
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL output buffer");
         }
         int rc;
-        auto v = get_value(kv, key, key_size, "shoal_kv_get", rc);
+        auto v = get_value(kv, key, key_size, what, rc);
         if (rc != SHOAL_OK) {
             return rc;
         }
@@ -255,15 +296,31 @@ int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, void* out, size
         if (flags) {
             *flags = v->flags;
         }
+        if (cas_unique) {
+            *cas_unique = v->cas;
+        }
         if (v->data.size() > capacity) {
-            return fail(SHOAL_ETOOSMALL, "shoal_kv_get: the value has " + std::to_string(v->data.size()) +
-                                             " bytes, the buffer " + std::to_string(capacity));
+            return fail(SHOAL_ETOOSMALL, std::string(what) + ": the value has " +
+                                             std::to_string(v->data.size()) + " bytes, the buffer " +
+                                             std::to_string(capacity));
         }
         if (!v->data.empty()) {
             std::memcpy(out, v->data.data(), v->data.size());
         }
         return int(SHOAL_OK);
     });
+}
+
+} // namespace
+
+int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
+                 uint32_t* flags) {
+    return get_into_caller(kv, key, key_size, out, capacity, size, flags, nullptr, "shoal_kv_get");
+}
+
+int shoal_kv_gets(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
+                  uint32_t* flags, uint64_t* cas_unique) {
+    return get_into_caller(kv, key, key_size, out, capacity, size, flags, cas_unique, "shoal_kv_gets");
 }
 
 int shoal_kv_get_copy(shoal_kv* kv, const char* key, size_t key_size, void** data, size_t* size,

@@ -144,6 +144,57 @@ static void test_round_trips(shoal_kv* kv) {
     CHECK(shoal_kv_buffer_capacity(3, 1000) == 56 + 1008 + 16);
 }
 
+/* replace, append, prepend, and cas with the unique from gets (minor 8). */
+static void test_conditional_stores(shoal_kv* kv) {
+    char out[64];
+    size_t size = 0;
+    uint32_t flags = 0;
+    uint64_t unique = 0, again = 0;
+    shoal_kv_delete(kv, "c-cond", 6);
+    CHECK_RC(shoal_kv_replace(kv, "c-cond", 6, "x", 1, 0, 0), SHOAL_ENOTSTORED);
+    CHECK_RC(shoal_kv_append(kv, "c-cond", 6, "x", 1), SHOAL_ENOTSTORED);
+    CHECK_RC(shoal_kv_prepend(kv, "c-cond", 6, "x", 1), SHOAL_ENOTSTORED);
+    CHECK_RC(shoal_kv_get(kv, "c-cond", 6, out, sizeof out, &size, NULL), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_set(kv, "c-cond", 6, "mid", 3, 7, 0), SHOAL_OK);
+    CHECK_RC(shoal_kv_replace(kv, "c-cond", 6, "MID", 3, 9, 0), SHOAL_OK);
+    /* append and prepend keep the flags of the value they join. */
+    CHECK_RC(shoal_kv_append(kv, "c-cond", 6, ">>", 2), SHOAL_OK);
+    CHECK_RC(shoal_kv_prepend(kv, "c-cond", 6, "<<", 2), SHOAL_OK);
+    CHECK_RC(shoal_kv_gets(kv, "c-cond", 6, out, sizeof out, &size, &flags, &unique), SHOAL_OK);
+    CHECK(size == 7 && memcmp(out, "<<MID>>", 7) == 0 && flags == 9 && unique != 0);
+    /* gets reports the unique with a buffer too small as well; the same version, the same unique. */
+    CHECK_RC(shoal_kv_gets(kv, "c-cond", 6, out, 1, &size, NULL, &again), SHOAL_ETOOSMALL);
+    CHECK(size == 7 && again == unique);
+    /* cas: stored with the current unique; refused with it once the value moved on. */
+    CHECK_RC(shoal_kv_cas(kv, "c-cond", 6, "one", 3, 1, 0, unique), SHOAL_OK);
+    CHECK_RC(shoal_kv_cas(kv, "c-cond", 6, "two", 3, 2, 0, unique), SHOAL_EEXISTS);
+    CHECK(strstr(shoal_last_error(), "shoal_kv_cas") != NULL);
+    CHECK_RC(shoal_kv_gets(kv, "c-cond", 6, out, sizeof out, &size, &flags, &again), SHOAL_OK);
+    CHECK(size == 3 && memcmp(out, "one", 3) == 0 && flags == 1 && again != unique);
+    CHECK_RC(shoal_kv_delete(kv, "c-cond", 6), SHOAL_OK);
+    CHECK_RC(shoal_kv_cas(kv, "c-cond", 6, "three", 5, 0, 0, again), SHOAL_ENOTFOUND);
+    /* A value larger than a request (over RDMA: granted, WRITTEN, joined at the commit). */
+    enum { big = 20000 };
+    char* tail = malloc(big);
+    char* whole = malloc(big + 1);
+    CHECK(tail != NULL && whole != NULL);
+    if (tail && whole) {
+        memset(tail, 't', big);
+        CHECK_RC(shoal_kv_set(kv, "c-cond", 6, "h", 1, 0, 0), SHOAL_OK);
+        CHECK_RC(shoal_kv_append(kv, "c-cond", 6, tail, big), SHOAL_OK);
+        CHECK_RC(shoal_kv_get(kv, "c-cond", 6, whole, big + 1, &size, NULL), SHOAL_OK);
+        CHECK(size == big + 1 && whole[0] == 'h' && memcmp(whole + 1, tail, big) == 0);
+    }
+    free(tail);
+    free(whole);
+    /* Bad arguments are refused before anything is sent. */
+    CHECK_RC(shoal_kv_append(kv, "bad key", 7, "x", 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_prepend(kv, "c-cond", 6, NULL, 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_cas(NULL, "c-cond", 6, "x", 1, 0, 0, 1), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_gets(kv, "c-cond", 6, NULL, 8, &size, NULL, &unique), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_delete(kv, "c-cond", 6), SHOAL_OK);
+}
+
 /* incr/decr, touch and flush_all (last: it empties the servers). */
 static void test_counters_touch_flush(shoal_kv* kv) {
     uint64_t n = 0;
@@ -1337,6 +1388,8 @@ int main(void) {
         test_kv_buffers(rt, kv);
         lap("test_kv_buffers");
     }
+    test_conditional_stores(kv);
+    lap("test_conditional_stores");
     test_counters_touch_flush(kv);
     lap("test_counters_touch_flush");
     test_dead_server(rt);

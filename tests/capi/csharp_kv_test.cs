@@ -19,6 +19,11 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_decr(IntPtr kv, byte[] key, UIntPtr key_size, ulong delta, out ulong value);
     [DllImport(Lib)] public static extern int shoal_kv_touch(IntPtr kv, byte[] key, UIntPtr key_size, long exptime);
     [DllImport(Lib)] public static extern int shoal_kv_flush_all(IntPtr kv, long delay);
+    [DllImport(Lib)] public static extern int shoal_kv_replace(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime);
+    [DllImport(Lib)] public static extern int shoal_kv_append(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
+    [DllImport(Lib)] public static extern int shoal_kv_prepend(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
+    [DllImport(Lib)] public static extern int shoal_kv_cas(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime, ulong cas_unique);
+    [DllImport(Lib)] public static extern int shoal_kv_gets(IntPtr kv, byte[] key, UIntPtr key_size, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags, out ulong cas_unique);
 
     /// shoal_kv_get_buffer_cb: on OK the value lies at `value_offset` in the buffer, `size`
     /// bytes; on ETOOSMALL `size` is the capacity needed.
@@ -197,6 +202,27 @@ static class Program {
         Check(Shoal.shoal_kv_touch(kv, key, Len(key), 3600) == Shoal.ENOTFOUND, "touch of a missing key");
         Check(Shoal.shoal_kv_flush_all(kv, 0) == Shoal.OK, "flush_all");
         Check(Shoal.shoal_kv_incr(kv, counter, Len(counter), 1, out n) == Shoal.ENOTFOUND, "flushed");
+
+        // replace, append, prepend, and cas with the unique from gets (minor 8).
+        var cond = Encoding.ASCII.GetBytes("cs-cond");
+        var mid = Encoding.ASCII.GetBytes("mid");
+        var ends = Encoding.ASCII.GetBytes("|");
+        Check(Shoal.shoal_kv_replace(kv, cond, Len(cond), mid, Len(mid), 0, 0) == Shoal.ENOTSTORED, "replace of a missing key");
+        Check(Shoal.shoal_kv_append(kv, cond, Len(cond), ends, Len(ends)) == Shoal.ENOTSTORED, "append to a missing key");
+        Check(Shoal.shoal_kv_set(kv, cond, Len(cond), mid, Len(mid), 5, 0) == Shoal.OK, "set");
+        Check(Shoal.shoal_kv_replace(kv, cond, Len(cond), mid, Len(mid), 6, 0) == Shoal.OK, "replace");
+        Check(Shoal.shoal_kv_append(kv, cond, Len(cond), ends, Len(ends)) == Shoal.OK, "append");
+        Check(Shoal.shoal_kv_prepend(kv, cond, Len(cond), ends, Len(ends)) == Shoal.OK, "prepend");
+        ulong unique, later;
+        var got = new byte[16];
+        rc = Shoal.shoal_kv_gets(kv, cond, Len(cond), got, Len(got), out size, out flags, out unique);
+        Check(rc == Shoal.OK && Encoding.ASCII.GetString(got, 0, (int)size.ToUInt64()) == "|mid|" && flags == 6 && unique != 0, "gets: " + Shoal.Name(rc));
+        Check(Shoal.shoal_kv_cas(kv, cond, Len(cond), mid, Len(mid), 7, 0, unique) == Shoal.OK, "cas with the current unique");
+        Check(Shoal.shoal_kv_cas(kv, cond, Len(cond), ends, Len(ends), 8, 0, unique) == Shoal.EEXISTS, "cas with a stale unique");
+        rc = Shoal.shoal_kv_gets(kv, cond, Len(cond), got, Len(got), out size, out flags, out later);
+        Check(rc == Shoal.OK && Encoding.ASCII.GetString(got, 0, (int)size.ToUInt64()) == "mid" && flags == 7 && later != unique, "cas stored");
+        Check(Shoal.shoal_kv_delete(kv, cond, Len(cond)) == Shoal.OK, "delete");
+        Check(Shoal.shoal_kv_cas(kv, cond, Len(cond), mid, Len(mid), 0, 0, later) == Shoal.ENOTFOUND, "cas of a deleted key");
 
         if (rdma) {
             BufferCalls(rt, kv);

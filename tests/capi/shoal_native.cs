@@ -17,7 +17,7 @@ static partial class Shoal {
         public int rdma;
     }
 
-    public const int OK = 0, EINVAL = 1, ECLOSED = 2, ESTATE = 3, ENOTFOUND = 4, ETOOSMALL = 5, ECONNECTION = 8;
+    public const int OK = 0, EINVAL = 1, ECLOSED = 2, ESTATE = 3, ENOTFOUND = 4, ETOOSMALL = 5, ENOTSTORED = 6, EEXISTS = 7, ECONNECTION = 8;
     public const int EQUOTA = 14, EWATERMARK = 15;
 
     /// shoal_done_cb. Keep the delegate alive (a static field) until the call it was passed to

@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 7
+#define SHOAL_C_VERSION_MINOR 8
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -138,11 +138,30 @@ SHOAL_C_API int shoal_kv_set(shoal_kv* kv, const char* key, size_t key_size, con
 /** Stores only if `key` is missing (SHOAL_ENOTSTORED otherwise). */
 SHOAL_C_API int shoal_kv_add(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                              uint32_t flags, int64_t exptime);
+/** Stores only if `key` exists (SHOAL_ENOTSTORED otherwise). shoal_kv_replace, _append, _prepend,
+ *  _cas and _gets: since minor 8. */
+SHOAL_C_API int shoal_kv_replace(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                 size_t size, uint32_t flags, int64_t exptime);
+/** Adds `value` after the value of `key`, keeping its flags and exptime (SHOAL_ENOTSTORED when
+ *  `key` is missing). */
+SHOAL_C_API int shoal_kv_append(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                size_t size);
+/** Adds `value` before the value of `key`; otherwise as shoal_kv_append. */
+SHOAL_C_API int shoal_kv_prepend(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                 size_t size);
+/** Stores only if `key` still has the CAS unique `cas_unique` (from shoal_kv_gets): SHOAL_EEXISTS
+ *  when the value changed since, SHOAL_ENOTFOUND when it is gone. */
+SHOAL_C_API int shoal_kv_cas(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                             uint32_t flags, int64_t exptime, uint64_t cas_unique);
 /** Copies the value of `key` into `out` (capacity bytes) and sets `*size` to its length and
  *  `*flags` (either may be NULL). SHOAL_ENOTFOUND when missing; SHOAL_ETOOSMALL when it does not
  *  fit (nothing copied, `*size` tells the size needed). */
 SHOAL_C_API int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity,
                              size_t* size, uint32_t* flags);
+/** shoal_kv_get that also sets `*cas_unique` (may be NULL; set on SHOAL_ETOOSMALL too) to the
+ *  version's CAS unique, for shoal_kv_cas. */
+SHOAL_C_API int shoal_kv_gets(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity,
+                              size_t* size, uint32_t* flags, uint64_t* cas_unique);
 /** The value of `key` in memory the library allocates (`*data`, free with shoal_free). */
 SHOAL_C_API int shoal_kv_get_copy(shoal_kv* kv, const char* key, size_t key_size, void** data, size_t* size,
                                   uint32_t* flags);
