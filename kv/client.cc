@@ -306,6 +306,15 @@ future<bool> client::touch(std::string_view key, int64_t exptime) {
     return _servers[_ring.server_of(key)]->touch(key, exptime);
 }
 
+future<std::optional<fetched_value>> client::gat(std::string_view key, int64_t exptime) {
+    try {
+        check_key(key);
+    } catch (...) {
+        return make_exception_future<std::optional<fetched_value>>(std::current_exception());
+    }
+    return _servers[_ring.server_of(key)]->gat(key, exptime);
+}
+
 future<std::optional<uint64_t>> client::incr(std::string_view key, uint64_t delta) {
     try {
         check_key(key);

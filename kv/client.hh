@@ -140,6 +140,10 @@ public:
     /// relative, else absolute Unix time) without fetching it: true when it existed. A cached
     /// RDMA location of the key stays valid.
     future<bool> touch(std::string_view key, int64_t exptime);
+    /// memcached's gat: the value of `key` (nullopt when missing), given the new `exptime` (as
+    /// `touch`'s) as it is fetched, in one round trip to its server. Over RDMA the answer is the
+    /// value inline or its location, READ as a GET's (and cached as one).
+    future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime);
     /// memcached's flush_all on every server (libmemcached's `memcached_flush`): what was stored
     /// before now (`delay` 0), or before `delay` (an exptime, memcached's rules), becomes
     /// invisible then, cached RDMA locations included. Fails when any server fails.

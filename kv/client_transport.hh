@@ -67,6 +67,9 @@ public:
     virtual future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) = 0;
     /// Gives `key` a new exptime (memcached's rules): true when it existed.
     virtual future<bool> touch(std::string_view key, int64_t exptime) = 0;
+    /// memcached's gats: the value of `key` (nullopt when missing), which gets `exptime` as it is
+    /// fetched, in one request.
+    virtual future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime) = 0;
     /// memcached's flush_all on the whole server: every item stored before now (`delay` 0) or
     /// before `delay` (an exptime) becomes invisible then.
     virtual future<> flush_all(int64_t delay) = 0;

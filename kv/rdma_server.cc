@@ -262,8 +262,9 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         return;
     }
     switch (q.code) {
+    case wire::op::gat:
     case wire::op::get: {
-        item* it = _store->get(key, h);
+        item* it = q.code == wire::op::gat ? _store->get_and_touch(key, h, q.exptime) : _store->get(key, h);
         if (!it) {
             r.code = wire::status::not_found;
             reply(c, r);

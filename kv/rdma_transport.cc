@@ -421,6 +421,10 @@ future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
     return read_value<fetched_value>(std::move(key), {});
 }
 
+future<std::optional<fetched_value>> rdma_transport::gat(std::string_view key, int64_t exptime) {
+    return read_value<fetched_value>(std::string(key), {}, exptime);
+}
+
 future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
     if (const location* at = cached(key, dst.length)) {
         return read_cached<placed_value>(*at, std::move(key), std::move(dst));
@@ -429,7 +433,8 @@ future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rd
 }
 
 template <typename Result>
-future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::local_span dst) {
+future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::local_span dst,
+                                                         std::optional<int64_t> touch) {
     static_assert(std::is_same_v<Result, fetched_value> || std::is_same_v<Result, placed_value>);
     constexpr bool into_dst = std::is_same_v<Result, placed_value>;
     if (_closed) {
@@ -443,7 +448,8 @@ future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::
     const unsigned shard = shard_of_key(key);
     location loc;
     bool from_cache = false; // this READ is of a cached location (no control round trip)
-    if (auto it = _cache.find(key); it != _cache.end() && (!into_dst || it->second.len <= dst.length)) {
+    if (auto it = touch ? _cache.end() : _cache.find(key);
+        it != _cache.end() && (!into_dst || it->second.len <= dst.length)) {
         loc = it->second; // (a record too long for `dst` may have shrunk since: ask the server)
         from_cache = true;
     }
@@ -453,8 +459,11 @@ future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::
                 fail(client_errc::server, "the value of '" + key + "' changed under every READ");
             }
             wire::request q;
-            q.code = wire::op::get;
-            q.options = round++ > 0 ? wire::want_inline : 0; // a READ raced a change: through the server
+            q.code = touch ? wire::op::gat : wire::op::get;
+            // A READ raced a change: through the server. A gat's value comes inline too: a READ
+            // of a record touched into the past would find it expired.
+            q.options = round++ > 0 || touch ? wire::want_inline : 0;
+            q.exptime = touch.value_or(0);
             if (_opts.inline_get_max) {
                 q.options |= wire::client_inline_limit;
                 q.value_len = *_opts.inline_get_max;

@@ -76,6 +76,7 @@ public:
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
+    future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime) override;
     future<> flush_all(int64_t delay) override;
     future<> close() override;
 
@@ -146,9 +147,11 @@ private:
     /// The GET of `key` (cached location, else control round trip; READs validated, retried).
     /// `Result` says where the value goes: `fetched_value`, copied out of a pool buffer (`dst`
     /// unused); `placed_value`, READ into `dst` and left there (an inline answer is copied to
-    /// its start).
+    /// its start). With `touch`, a gat: no cached location, the server sets that exptime as it
+    /// answers (the value inline whenever it fits a message).
     template <typename Result>
-    future<std::optional<Result>> read_value(std::string key, net::rdma::local_span dst);
+    future<std::optional<Result>> read_value(std::string key, net::rdma::local_span dst,
+                                             std::optional<int64_t> touch = std::nullopt);
     /// A store; with `src` (non-empty) a granted value is WRITTEN from it, else from a copy of
     /// `value`.
     future<store_outcome> put(store_op op, std::string_view key, std::string_view value,

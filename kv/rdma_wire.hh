@@ -28,6 +28,7 @@ enum class op : uint8_t {
     /// no key, `exptime` → ok once every shard of the server has run memcached's flush_all
     /// (at once, or its deadline set); any shard takes it
     flush_all = 9,
+    gat = 10, ///< key, `exptime` → as `get`, the item given that exptime first (memcached's gat)
 };
 
 /// Storage modes of `store` and `grant` (memcached's).

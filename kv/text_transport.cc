@@ -73,12 +73,30 @@ void text_transport::check_open(std::string_view key) {
 }
 
 future<std::vector<std::optional<fetched_value>>> text_transport::get(std::vector<std::string> keys) {
+    return fetch(std::move(keys), std::nullopt);
+}
+
+future<std::optional<fetched_value>> text_transport::gat(std::string_view key, int64_t exptime) {
+    std::vector<std::string> keys;
+    keys.emplace_back(key);
+    return fetch(std::move(keys), exptime).then([](std::vector<std::optional<fetched_value>> v) {
+        return std::move(v.front());
+    });
+}
+
+future<std::vector<std::optional<fetched_value>>> text_transport::fetch(std::vector<std::string> keys,
+                                                                        std::optional<int64_t> touch) {
     try {
         check_open(keys.empty() ? std::string_view() : std::string_view(keys.front()));
     } catch (...) {
         return make_exception_future<std::vector<std::optional<fetched_value>>>(std::current_exception());
     }
-    _tx += "gets";
+    if (touch) {
+        _tx += "gats ";
+        append_signed(_tx, *touch);
+    } else {
+        _tx += "gets";
+    }
     for (const auto& k : keys) {
         _tx += ' ';
         _tx += k;

@@ -38,6 +38,7 @@ public:
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
+    future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime) override;
     future<> flush_all(int64_t delay) override;
     future<> close() override;
 
@@ -65,6 +66,9 @@ private:
     };
 
     future<reply> enqueue(expect what, std::vector<std::string> keys);
+    /// `gets keys` or, with `touch`, `gats touch keys`: the values in the order of `keys`.
+    future<std::vector<std::optional<fetched_value>>> fetch(std::vector<std::string> keys,
+                                                            std::optional<int64_t> touch);
     /// `verb key[ arg]`, answered by a found word or NOT_FOUND (delete, touch): whether found.
     future<bool> found_command(expect what, std::string_view verb, std::string_view key,
                                std::optional<int64_t> arg);

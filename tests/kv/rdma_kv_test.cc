@@ -114,6 +114,18 @@ TEST(kv_rdma, tcp_and_rdma_share_one_store_in_registered_memory) {
             RDMA_CHECK(co_await over_rdma.touch("k4", -1));
             RDMA_CHECK(!(co_await tcp.get("k4"))); // touched into the past over RDMA: expired over TCP
             RDMA_CHECK(!(co_await over_rdma.get("k4")));
+            // gat over RDMA: a small value inline, a large one READ from the location it answers;
+            // into the past, the value is returned once and expired after it.
+            RDMA_CHECK(co_await over_rdma.set("k6", "gat-me", 6) == kv::store_outcome::stored);
+            auto g = co_await over_rdma.gat("k6", 3600);
+            RDMA_CHECK(g && g->data == "gat-me" && g->flags == 6u);
+            auto large = co_await over_rdma.gat("k5", 3600);
+            RDMA_CHECK(large && large->data == want["k5"]);
+            RDMA_CHECK(!(co_await over_rdma.gat("k2", 3600)));
+            g = co_await over_rdma.gat("k6", -1);
+            RDMA_CHECK(g && g->data == "gat-me");
+            RDMA_CHECK(!(co_await tcp.get("k6")));
+            RDMA_CHECK(!(co_await over_rdma.get("k6")));
             std::vector<std::string> ask;
             ask.push_back("k3");
             ask.push_back("k2");
