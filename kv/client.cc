@@ -341,6 +341,14 @@ future<> client::flush_all(int64_t delay) {
     co_await when_all_succeed(std::move(all));
 }
 
+future<std::vector<server_stats>> client::stats() {
+    std::vector<future<server_stats>> all;
+    for (auto& s : _servers) {
+        all.push_back(s->server_statistics());
+    }
+    return when_all_succeed(std::move(all));
+}
+
 future<> client::close() {
     std::vector<future<>> all;
     for (auto& s : _servers) {

@@ -144,6 +144,10 @@ public:
     /// `touch`'s) as it is fetched, in one round trip to its server. Over RDMA the answer is the
     /// value inline or its location, READ as a GET's (and cached as one).
     future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime);
+    /// memcached's general `stats` of every server, in the order of the server list
+    /// (libmemcached's `memcached_stat`); over RDMA one request to any shard of a server, which
+    /// sums its shards as the text protocol does. Fails when any server fails.
+    future<std::vector<server_stats>> stats();
     /// memcached's flush_all on every server (libmemcached's `memcached_flush`): what was stored
     /// before now (`delay` 0), or before `delay` (an exptime, memcached's rules), becomes
     /// invisible then, cached RDMA locations included. Fails when any server fails.

@@ -29,6 +29,41 @@ inline std::optional<placed_value> copy_into(const net::rdma::local_span& dst, s
     return placed_value{0, value.size(), flags, cas};
 }
 
+/// Adds the statistic of a `STAT name value` line (memcached's `stats`) to `out`; false when
+/// `line` is not one.
+inline bool parse_stat_line(std::string_view line, server_stats& out) {
+    if (!line.starts_with("STAT ")) {
+        return false;
+    }
+    line.remove_prefix(5);
+    size_t space = line.find(' ');
+    if (space == 0 || space == std::string_view::npos) {
+        return false;
+    }
+    out.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+    return true;
+}
+
+/// The statistics of a whole `stats` answer (`STAT` lines ending in CRLF, then END); nullopt
+/// when it is anything else.
+inline std::optional<server_stats> parse_stats_text(std::string_view text) {
+    server_stats out;
+    for (;;) {
+        size_t end = text.find("\r\n");
+        if (end == std::string_view::npos) {
+            return std::nullopt;
+        }
+        std::string_view line = text.substr(0, end);
+        text.remove_prefix(end + 2);
+        if (line == "END") {
+            return text.empty() ? std::optional(std::move(out)) : std::nullopt;
+        }
+        if (!parse_stat_line(line, out)) {
+            return std::nullopt;
+        }
+    }
+}
+
 /// How `kv::client` talks to one server: the memcached text protocol over TCP today
 /// (`text_transport`), the native RDMA protocol later. Requests may be issued without waiting
 /// for earlier ones; a transport pipelines them and resolves each future with its own reply.
@@ -70,6 +105,8 @@ public:
     /// memcached's gats: the value of `key` (nullopt when missing), which gets `exptime` as it is
     /// fetched, in one request.
     virtual future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime) = 0;
+    /// memcached's general `stats` of the server.
+    virtual future<server_stats> server_statistics() = 0;
     /// memcached's flush_all on the whole server: every item stored before now (`delay` 0) or
     /// before `delay` (an exptime) becomes invisible then.
     virtual future<> flush_all(int64_t delay) = 0;

@@ -4,8 +4,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace shoal::kv {
+
+/// One server's general statistics as memcached's `stats` reports them: (name, value) pairs in
+/// the server's order (libmemcached's `memcached_stat`).
+using server_stats = std::vector<std::pair<std::string, std::string>>;
 
 /// A value read by `kv::client`: its bytes, the client flags stored with it and its CAS unique
 /// (for `client::cas`).

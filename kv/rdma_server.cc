@@ -225,17 +225,19 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         reply(c, r);
         return;
     }
-    if (q.code == wire::op::flush_all) {
+    if (q.code == wire::op::flush_all || q.code == wire::op::stats) {
         if (len != sizeof(q)) {
             ++_stats.bad_requests;
             r.code = wire::status::bad_request;
             reply(c, r);
             return;
         }
-        // Answered once every shard has flushed; other requests go on meanwhile (replies are
-        // matched by id). A connection ending first waits for it in `serve`.
+        // Answered once every shard has flushed (or been counted); other requests go on
+        // meanwhile (replies are matched by id). A connection ending first waits for it in `serve`.
         if (c.pending.try_enter()) {
-            (void)flush_everywhere(c, r, q.exptime).finally([&c] { c.pending.leave(); });
+            future<> answered =
+                q.code == wire::op::stats ? send_stats(c, r) : flush_everywhere(c, r, q.exptime);
+            (void)std::move(answered).finally([&c] { c.pending.leave(); });
         }
         return;
     }
@@ -377,6 +379,22 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         reply(c, r);
         return;
     }
+}
+
+future<> rdma_server::send_stats(conn& c, wire::response r) {
+    std::string text;
+    try {
+        text = co_await _servers->local().general_stats();
+    } catch (...) {
+        kv_rdma_log.warn("stats: {}", std::current_exception());
+        r.code = wire::status::busy; // a shard is stopping
+    }
+    if (sizeof(r) + text.size() > c.msgs.max_message_size()) {
+        r.code = wire::status::too_large;
+        text.clear();
+    }
+    r.now = _store->now();
+    reply(c, r, text);
 }
 
 future<> rdma_server::flush_everywhere(conn& c, wire::response r, int64_t exptime) {

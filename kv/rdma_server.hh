@@ -86,6 +86,8 @@ private:
     void handle(conn& c, const char* msg, size_t len);
     void handle_commit(conn& c, uint32_t token);
     future<> flush_everywhere(conn& c, wire::response r, int64_t exptime);
+    /// Answers a `stats` request with the whole server's general statistics.
+    future<> send_stats(conn& c, wire::response r);
     void reply(conn& c, const wire::response& r, std::string_view inline_value = {});
     void locate(wire::response& r, const item* it) const noexcept;
     void drop_grant(conn& c, grant& g) noexcept;

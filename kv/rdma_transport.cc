@@ -743,6 +743,21 @@ future<> rdma_transport::flush_all(int64_t delay) {
     }
 }
 
+future<server_stats> rdma_transport::server_statistics() {
+    co_await ready();
+    wire::request q;
+    q.code = wire::op::stats;
+    reply r = co_await call(0, q, {}, {}); // any shard: it sums them all
+    if (r.h.code != wire::status::ok) {
+        fail(client_errc::server, std::string("stats: ") + status_text(r.h.code));
+    }
+    std::optional<server_stats> s = parse_stats_text(r.value);
+    if (!s) {
+        fail(client_errc::server, "stats: an answer that is not memcached's stats text");
+    }
+    co_return std::move(*s);
+}
+
 future<std::optional<uint64_t>> rdma_transport::delta(bool incr, std::string_view key_in, uint64_t delta) {
     std::string key(key_in);
     co_await prepare_write(key);

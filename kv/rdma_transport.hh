@@ -77,6 +77,7 @@ public:
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
     future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime) override;
+    future<server_stats> server_statistics() override;
     future<> flush_all(int64_t delay) override;
     future<> close() override;
 

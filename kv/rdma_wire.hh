@@ -29,6 +29,9 @@ enum class op : uint8_t {
     /// (at once, or its deadline set); any shard takes it
     flush_all = 9,
     gat = 10, ///< key, `exptime` → as `get`, the item given that exptime first (memcached's gat)
+    /// no key → ok with memcached's general `stats` of the whole server inline (`STAT name
+    /// value` lines and END, as the text protocol answers); any shard takes it
+    stats = 11,
 };
 
 /// Storage modes of `store` and `grant` (memcached's).

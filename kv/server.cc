@@ -264,7 +264,7 @@ future<> server::handle_get(const request& r, reply_batch& reply, net::output_st
     reply.text() += "END\r\n";
 }
 
-future<> server::handle_stats(const request& r, reply_batch& reply) {
+server_info server::info() const {
     server_info info;
     info.pid = uint32_t(::getpid());
     info.now = _store.now();
@@ -275,14 +275,24 @@ future<> server::handle_stats(const request& r, reply_batch& reply) {
     info.item_size_max = _cfg.store.max_item_size;
     info.port = _cfg.port;
     info.growth_factor = _cfg.store.growth_factor;
+    return info;
+}
+
+future<std::string> server::general_stats() {
+    store_stats s = co_await _peers->map_reduce([](server& sv) { return sv._store.stats(); }, store_stats(),
+                                                [](store_stats a, const store_stats& b) { return a += b; });
+    connection_stats c =
+        co_await _peers->map_reduce([](server& sv) { return sv._conn; }, connection_stats(),
+                                    [](connection_stats a, const connection_stats& b) { return a += b; });
+    std::string out;
+    format_general_stats(s, c, info(), out);
+    co_return out;
+}
+
+future<> server::handle_stats(const request& r, reply_batch& reply) {
+    server_info info = this->info();
     if (r.arg.empty()) {
-        store_stats s =
-            co_await _peers->map_reduce([](server& sv) { return sv._store.stats(); }, store_stats(),
-                                        [](store_stats a, const store_stats& b) { return a += b; });
-        connection_stats c =
-            co_await _peers->map_reduce([](server& sv) { return sv._conn; }, connection_stats(),
-                                        [](connection_stats a, const connection_stats& b) { return a += b; });
-        format_general_stats(s, c, info, reply.text());
+        reply.text() += co_await general_stats();
     } else if (r.arg == "settings") {
         format_settings(info, reply.text());
     } else if (r.arg == "slabs" || r.arg == "items") {

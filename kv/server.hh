@@ -77,6 +77,9 @@ public:
     kv::store& store() noexcept { return _store; }
     /// This shard's connection counters.
     const connection_stats& conn_stats() const noexcept { return _conn; }
+    /// memcached's general `stats` of the whole server (every shard's counters summed), as the
+    /// text protocol answers them: `STAT name value` lines and END.
+    future<std::string> general_stats();
     /// Server time per read of requests: from the read that brought them to their replies
     /// flushed (the requests of one read share one sample; reads without a reply have none).
     const metrics::histogram& request_latency() const noexcept { return _latency; }
@@ -90,6 +93,8 @@ private:
     future<> handle_remote(const request& r, reply_batch& reply, net::output_stream& out);
     future<> handle_get(const request& r, reply_batch& reply, net::output_stream& out);
     future<> handle_stats(const request& r, reply_batch& reply);
+    /// What `stats` reports about this process and its settings.
+    server_info info() const;
     future<> write_reply(net::output_stream& out, reply_batch& reply);
     void add_get_key(const request& r, std::string_view key, uint64_t h, reply_batch& reply);
 

@@ -180,6 +180,16 @@ future<bool> text_transport::touch(std::string_view key, int64_t exptime) {
     return found_command(expect::touched, "touch ", key, exptime);
 }
 
+future<server_stats> text_transport::server_statistics() {
+    try {
+        check_open("(stats)");
+    } catch (...) {
+        return make_exception_future<server_stats>(std::current_exception());
+    }
+    _tx += "stats\r\n";
+    return enqueue(expect::stats, {}).then([](reply r) { return std::move(r.stats); });
+}
+
 future<> text_transport::flush_all(int64_t delay) {
     try {
         check_open("(flush_all)");
@@ -458,6 +468,14 @@ bool text_transport::parse_line(std::string_view line, std::string_view rest, si
             throw bad();
         }
         break;
+    case expect::stats:
+        if (line == "END") {
+            break;
+        }
+        if (!parse_stat_line(line, p.r.stats)) {
+            throw bad();
+        }
+        return true;
     case expect::number:
         if (line != "NOT_FOUND") {
             if (!parse_u64(line, p.r.number)) {

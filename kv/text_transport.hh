@@ -39,6 +39,7 @@ public:
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
     future<std::optional<fetched_value>> gat(std::string_view key, int64_t exptime) override;
+    future<server_stats> server_statistics() override;
     future<> flush_all(int64_t delay) override;
     future<> close() override;
 
@@ -47,13 +48,14 @@ public:
 
 private:
     /// What a request expects back.
-    enum class expect : uint8_t { values, stored, deleted, number, touched, ok };
+    enum class expect : uint8_t { values, stored, deleted, number, touched, ok, stats };
     /// The parsed reply of one request.
     struct reply {
         std::vector<std::optional<fetched_value>> values; ///< expect::values
         store_outcome outcome = store_outcome::stored;    ///< expect::stored
         bool found = false;                               ///< deleted / number / touched
         uint64_t number = 0;                              ///< expect::number
+        server_stats stats;                               ///< expect::stats
     };
     /// A request written (or about to be) and not answered yet.
     struct pending {

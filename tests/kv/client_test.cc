@@ -309,6 +309,25 @@ future<> check_commands(net::socket_address addr) {
     g = co_await c.gat("g", -1);
     EXPECT_TRUE(g && g->data == "gv") << "gat into the past returns the value it expires";
     EXPECT_FALSE(co_await c.get("g")) << "gat into the past: expired after it";
+    // stats: the server's general statistics, the commands above counted.
+    std::vector<kv::server_stats> all = co_await c.stats();
+    EXPECT_EQ(all.size(), 1u);
+    auto stat = [&](std::string_view name) {
+        for (const auto& [n, v] : all.empty() ? kv::server_stats() : all.front()) {
+            if (n == name) {
+                return v;
+            }
+        }
+        return std::string();
+    };
+    EXPECT_EQ(stat("pid").find_first_not_of("0123456789"), std::string::npos) << stat("pid");
+    EXPECT_FALSE(stat("version").empty());
+    // The gets, touches and gats above, as memcached counts them (a gat counts as a touch).
+    EXPECT_EQ(stat("get_hits"), "3");
+    EXPECT_EQ(stat("get_misses"), "4");
+    EXPECT_EQ(stat("touch_hits"), "4");
+    EXPECT_EQ(stat("touch_misses"), "3");
+    EXPECT_EQ(stat("cmd_set"), "11") << "every storage command, stored or not";
     std::string big(300 * 1024, 'b');
     for (size_t i = 0; i < big.size(); i += 4096) {
         big[i] = char('a' + i / 4096 % 26);

@@ -126,6 +126,23 @@ TEST(kv_rdma, tcp_and_rdma_share_one_store_in_registered_memory) {
             RDMA_CHECK(g && g->data == "gat-me");
             RDMA_CHECK(!(co_await tcp.get("k6")));
             RDMA_CHECK(!(co_await over_rdma.get("k6")));
+            // stats over RDMA: the whole server's (its shards summed), the same as over TCP.
+            std::vector<kv::server_stats> by_rdma = co_await over_rdma.stats();
+            std::vector<kv::server_stats> by_tcp = co_await tcp.stats();
+            RDMA_CHECK(by_rdma.size() == 1 && by_tcp.size() == 1);
+            auto stat = [](const kv::server_stats& s, std::string_view name) {
+                for (const auto& [n, v] : s) {
+                    if (n == name) {
+                        return v;
+                    }
+                }
+                return std::string();
+            };
+            for (std::string_view name : {"pid", "threads", "curr_items", "limit_maxbytes"}) {
+                EXPECT_FALSE(stat(by_rdma[0], name).empty()) << name;
+                EXPECT_EQ(stat(by_rdma[0], name), stat(by_tcp[0], name)) << name;
+            }
+            EXPECT_EQ(by_rdma[0].size(), by_tcp[0].size());
             std::vector<std::string> ask;
             ask.push_back("k3");
             ask.push_back("k2");
@@ -401,6 +418,13 @@ TEST(kv_rdma, uncommitted_grants_expire_and_a_disconnect_returns_them) {
                 flush.code = kv::wire::op::flush_all;
                 auto refused = co_await raw.call(flush, "junk");
                 EXPECT_EQ(refused.code, kv::wire::status::bad_request);
+                // Nor does stats; without bytes it answers memcached's stats text.
+                kv::wire::request stats;
+                stats.code = kv::wire::op::stats;
+                EXPECT_EQ((co_await raw.call(stats, "junk")).code, kv::wire::status::bad_request);
+                auto counted_stats = co_await raw.call(stats, {});
+                EXPECT_EQ(counted_stats.code, kv::wire::status::ok);
+                EXPECT_GT(counted_stats.inline_len, 100u) << "the stats text comes inline";
                 // A storage mode the server does not know is refused, not read as a set.
                 kv::wire::request odd;
                 odd.code = kv::wire::op::store;
