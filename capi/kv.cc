@@ -259,7 +259,7 @@ namespace {
 
 /// A blocking get: the value (nullopt when missing) or a status set by a failure.
 std::optional<kv::fetched_value> get_value(shoal_kv* kv, const char* key, size_t key_size, const char* what,
-                                           int& rc) {
+                                           int& rc, std::optional<int64_t> touch = std::nullopt) {
     rc = check(kv, what, true);
     if (rc == SHOAL_OK) {
         rc = check_key(key, key_size, what);
@@ -269,7 +269,8 @@ std::optional<kv::fetched_value> get_value(shoal_kv* kv, const char* key, size_t
     }
     auto& st = *kv->state;
     std::string_view k(key, key_size);
-    auto f = st.runtime().engine().submit(st.shard(), [&st, k] { return st.client().get(k); });
+    auto f = st.runtime().engine().submit(
+        st.shard(), [&st, k, touch] { return touch ? st.client().gat(k, *touch) : st.client().get(k); });
     auto v = f.get();
     if (!v) {
         rc = fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
@@ -277,16 +278,17 @@ std::optional<kv::fetched_value> get_value(shoal_kv* kv, const char* key, size_t
     return v;
 }
 
-/// shoal_kv_get and _gets: the value copied into `out`, its size, flags and CAS unique reported
-/// where asked (NULL: not wanted).
+/// shoal_kv_get, _gets and _gat (with `touch`): the value copied into `out`, its size, flags and
+/// CAS unique reported where asked (NULL: not wanted).
 int get_into_caller(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
-                    uint32_t* flags, uint64_t* cas_unique, const char* what) {
+                    uint32_t* flags, uint64_t* cas_unique, const char* what,
+                    std::optional<int64_t> touch = std::nullopt) {
     return guarded([&] {
         if (!out && capacity) {
             return fail(SHOAL_EINVAL, std::string(what) + ": NULL output buffer");
         }
         int rc;
-        auto v = get_value(kv, key, key_size, what, rc);
+        auto v = get_value(kv, key, key_size, what, rc, touch);
         if (rc != SHOAL_OK) {
             return rc;
         }
@@ -321,6 +323,12 @@ int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, void* out, size
 int shoal_kv_gets(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity, size_t* size,
                   uint32_t* flags, uint64_t* cas_unique) {
     return get_into_caller(kv, key, key_size, out, capacity, size, flags, cas_unique, "shoal_kv_gets");
+}
+
+int shoal_kv_gat(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime, void* out, size_t capacity,
+                 size_t* size, uint32_t* flags, uint64_t* cas_unique) {
+    return get_into_caller(kv, key, key_size, out, capacity, size, flags, cas_unique, "shoal_kv_gat",
+                           exptime);
 }
 
 int shoal_kv_get_copy(shoal_kv* kv, const char* key, size_t key_size, void** data, size_t* size,

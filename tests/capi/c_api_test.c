@@ -144,7 +144,7 @@ static void test_round_trips(shoal_kv* kv) {
     CHECK(shoal_kv_buffer_capacity(3, 1000) == 56 + 1008 + 16);
 }
 
-/* replace, append, prepend, and cas with the unique from gets (minor 8). */
+/* replace, append, prepend, cas with the unique from gets, and gat (minor 8). */
 static void test_conditional_stores(shoal_kv* kv) {
     char out[64];
     size_t size = 0;
@@ -171,6 +171,15 @@ static void test_conditional_stores(shoal_kv* kv) {
     CHECK(strstr(shoal_last_error(), "shoal_kv_cas") != NULL);
     CHECK_RC(shoal_kv_gets(kv, "c-cond", 6, out, sizeof out, &size, &flags, &again), SHOAL_OK);
     CHECK(size == 3 && memcmp(out, "one", 3) == 0 && flags == 1 && again != unique);
+    /* gat: the value, its flags and unique, as it gets a new exptime; into the past, once. */
+    CHECK_RC(shoal_kv_gat(kv, "c-cond", 6, 3600, out, sizeof out, &size, &flags, &unique), SHOAL_OK);
+    CHECK(size == 3 && memcmp(out, "one", 3) == 0 && flags == 1 && unique == again);
+    CHECK_RC(shoal_kv_gat(kv, "c-cond", 6, -1, out, sizeof out, &size, NULL, NULL), SHOAL_OK);
+    CHECK(size == 3 && memcmp(out, "one", 3) == 0);
+    CHECK_RC(shoal_kv_get(kv, "c-cond", 6, out, sizeof out, &size, NULL), SHOAL_ENOTFOUND);
+    CHECK_RC(shoal_kv_gat(kv, "c-cond", 6, 3600, out, sizeof out, &size, NULL, NULL), SHOAL_ENOTFOUND);
+    CHECK(strstr(shoal_last_error(), "shoal_kv_gat") != NULL);
+    CHECK_RC(shoal_kv_set(kv, "c-cond", 6, "one", 3, 1, 0), SHOAL_OK);
     CHECK_RC(shoal_kv_delete(kv, "c-cond", 6), SHOAL_OK);
     CHECK_RC(shoal_kv_cas(kv, "c-cond", 6, "three", 5, 0, 0, again), SHOAL_ENOTFOUND);
     /* A value larger than a request (over RDMA: granted, WRITTEN, joined at the commit). */

@@ -23,6 +23,7 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_append(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_kv_prepend(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_kv_cas(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime, ulong cas_unique);
+    [DllImport(Lib)] public static extern int shoal_kv_gat(IntPtr kv, byte[] key, UIntPtr key_size, long exptime, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags, out ulong cas_unique);
     [DllImport(Lib)] public static extern int shoal_kv_gets(IntPtr kv, byte[] key, UIntPtr key_size, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags, out ulong cas_unique);
 
     /// shoal_kv_get_buffer_cb: on OK the value lies at `value_offset` in the buffer, `size`
@@ -203,7 +204,7 @@ static class Program {
         Check(Shoal.shoal_kv_flush_all(kv, 0) == Shoal.OK, "flush_all");
         Check(Shoal.shoal_kv_incr(kv, counter, Len(counter), 1, out n) == Shoal.ENOTFOUND, "flushed");
 
-        // replace, append, prepend, and cas with the unique from gets (minor 8).
+        // replace, append, prepend, cas with the unique from gets, and gat (minor 8).
         var cond = Encoding.ASCII.GetBytes("cs-cond");
         var mid = Encoding.ASCII.GetBytes("mid");
         var ends = Encoding.ASCII.GetBytes("|");
@@ -221,6 +222,11 @@ static class Program {
         Check(Shoal.shoal_kv_cas(kv, cond, Len(cond), ends, Len(ends), 8, 0, unique) == Shoal.EEXISTS, "cas with a stale unique");
         rc = Shoal.shoal_kv_gets(kv, cond, Len(cond), got, Len(got), out size, out flags, out later);
         Check(rc == Shoal.OK && Encoding.ASCII.GetString(got, 0, (int)size.ToUInt64()) == "mid" && flags == 7 && later != unique, "cas stored");
+        rc = Shoal.shoal_kv_gat(kv, cond, Len(cond), -1, got, Len(got), out size, out flags, out unique);
+        Check(rc == Shoal.OK && Encoding.ASCII.GetString(got, 0, (int)size.ToUInt64()) == "mid" && unique == later, "gat: " + Shoal.Name(rc));
+        rc = Shoal.shoal_kv_gat(kv, cond, Len(cond), 3600, got, Len(got), out size, out flags, out unique);
+        Check(rc == Shoal.ENOTFOUND, "gat into the past expired it: " + Shoal.Name(rc));
+        Check(Shoal.shoal_kv_set(kv, cond, Len(cond), mid, Len(mid), 0, 0) == Shoal.OK, "set again");
         Check(Shoal.shoal_kv_delete(kv, cond, Len(cond)) == Shoal.OK, "delete");
         Check(Shoal.shoal_kv_cas(kv, cond, Len(cond), mid, Len(mid), 0, 0, later) == Shoal.ENOTFOUND, "cas of a deleted key");
 

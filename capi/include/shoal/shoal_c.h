@@ -139,7 +139,7 @@ SHOAL_C_API int shoal_kv_set(shoal_kv* kv, const char* key, size_t key_size, con
 SHOAL_C_API int shoal_kv_add(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                              uint32_t flags, int64_t exptime);
 /** Stores only if `key` exists (SHOAL_ENOTSTORED otherwise). shoal_kv_replace, _append, _prepend,
- *  _cas and _gets: since minor 8. */
+ *  _cas, _gets and _gat: since minor 8. */
 SHOAL_C_API int shoal_kv_replace(shoal_kv* kv, const char* key, size_t key_size, const void* value,
                                  size_t size, uint32_t flags, int64_t exptime);
 /** Adds `value` after the value of `key`, keeping its flags and exptime (SHOAL_ENOTSTORED when
@@ -162,6 +162,10 @@ SHOAL_C_API int shoal_kv_get(shoal_kv* kv, const char* key, size_t key_size, voi
  *  version's CAS unique, for shoal_kv_cas. */
 SHOAL_C_API int shoal_kv_gets(shoal_kv* kv, const char* key, size_t key_size, void* out, size_t capacity,
                               size_t* size, uint32_t* flags, uint64_t* cas_unique);
+/** shoal_kv_gets that also gives `key` the new `exptime` (memcached's gat: one request; into the
+ *  past, the value is returned once and expires). Since minor 8. */
+SHOAL_C_API int shoal_kv_gat(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime, void* out,
+                             size_t capacity, size_t* size, uint32_t* flags, uint64_t* cas_unique);
 /** The value of `key` in memory the library allocates (`*data`, free with shoal_free). */
 SHOAL_C_API int shoal_kv_get_copy(shoal_kv* kv, const char* key, size_t key_size, void** data, size_t* size,
                                   uint32_t* flags);
