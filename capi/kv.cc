@@ -456,6 +456,40 @@ int shoal_kv_flush_all(shoal_kv* kv, int64_t delay) {
     });
 }
 
+int shoal_kv_stats(shoal_kv* kv, size_t server, char** text, size_t* size) {
+    return guarded([&] {
+        if (!text || !size) {
+            return fail(SHOAL_EINVAL, "shoal_kv_stats: NULL text or size");
+        }
+        *text = nullptr;
+        *size = 0;
+        if (int rc = check(kv, "shoal_kv_stats", true); rc != SHOAL_OK) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        kv::server_stats stats =
+            st.runtime()
+                .engine()
+                .submit(st.shard(), [&st, server] { return st.client().stats_of(server); })
+                .get();
+        std::string lines;
+        for (const auto& [name, value] : stats) {
+            lines += name;
+            lines += ' ';
+            lines += value;
+            lines += '\n';
+        }
+        char* p = static_cast<char*>(std::malloc(lines.size() + 1));
+        if (!p) {
+            return fail(SHOAL_ENOMEM, "shoal_kv_stats: out of memory");
+        }
+        std::memcpy(p, lines.c_str(), lines.size() + 1);
+        *text = p;
+        *size = lines.size();
+        return int(SHOAL_OK);
+    });
+}
+
 int shoal_kv_set_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                        uint32_t flags, int64_t exptime, shoal_done_cb done, void* user) {
     return guarded([&] {

@@ -349,6 +349,16 @@ future<std::vector<server_stats>> client::stats() {
     return when_all_succeed(std::move(all));
 }
 
+future<server_stats> client::stats_of(size_t index) {
+    if (index >= _servers.size()) {
+        return make_exception_future<server_stats>(
+            client_error(client_errc::bad_request, 0,
+                         "kv client: no server " + std::to_string(index) + " (" +
+                             std::to_string(_servers.size()) + " servers)"));
+    }
+    return _servers[index]->server_statistics();
+}
+
 future<> client::close() {
     std::vector<future<>> all;
     for (auto& s : _servers) {

@@ -148,6 +148,9 @@ public:
     /// (libmemcached's `memcached_stat`); over RDMA one request to any shard of a server, which
     /// sums its shards as the text protocol does. Fails when any server fails.
     future<std::vector<server_stats>> stats();
+    /// `stats` of the server at `index` in the server list alone (`bad_request` when there is
+    /// no such server).
+    future<server_stats> stats_of(size_t index);
     /// memcached's flush_all on every server (libmemcached's `memcached_flush`): what was stored
     /// before now (`delay` 0), or before `delay` (an exptime, memcached's rules), becomes
     /// invisible then, cached RDMA locations included. Fails when any server fails.

@@ -204,6 +204,62 @@ static void test_conditional_stores(shoal_kv* kv) {
     CHECK_RC(shoal_kv_delete(kv, "c-cond", 6), SHOAL_OK);
 }
 
+/* The number after "name " on a line of shoal_kv_stats' text (-1 when there is none). */
+static long long stat_of(const char* text, const char* name) {
+    size_t n = strlen(name);
+    for (const char* line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, name, n) == 0 && line[n] == ' ') {
+            return atoll(line + n + 1);
+        }
+    }
+    return -1;
+}
+
+/* The sum of statistic `name` over both servers (with_kv_servers.sh starts two), -1 on a
+ * failure. */
+static long long stat_of_both(shoal_kv* kv, const char* name) {
+    long long sum = 0;
+    for (size_t i = 0; i < 2; ++i) {
+        char* text = NULL;
+        size_t size = 0;
+        if (shoal_kv_stats(kv, i, &text, &size) != SHOAL_OK) {
+            return -1;
+        }
+        long long value = stat_of(text, name);
+        shoal_free(text);
+        if (value < 0) {
+            return -1;
+        }
+        sum += value;
+    }
+    return sum;
+}
+
+/* shoal_kv_stats (minor 8): each server's statistics as text; a touch counted by its server (a
+ * get is not a fit: over RDMA one of a cached location never reaches the server). */
+static void test_stats(shoal_kv* kv) {
+    char* text = NULL;
+    size_t size = 0;
+    CHECK_RC(shoal_kv_stats(kv, 0, &text, &size), SHOAL_OK);
+    CHECK(text != NULL && size == strlen(text) && strncmp(text, "pid ", 4) == 0);
+    long long pid0 = text ? stat_of(text, "pid") : -1;
+    CHECK(text != NULL && stat_of(text, "curr_items") >= 0 && stat_of(text, "limit_maxbytes") > 0);
+    shoal_free(text);
+    CHECK_RC(shoal_kv_stats(kv, 1, &text, &size), SHOAL_OK);
+    CHECK(text != NULL && stat_of(text, "pid") > 0 && stat_of(text, "pid") != pid0); /* two processes */
+    shoal_free(text);
+    CHECK_RC(shoal_kv_set(kv, "c-stat", 6, "v", 1, 0, 0), SHOAL_OK);
+    long long before = stat_of_both(kv, "touch_hits");
+    CHECK_RC(shoal_kv_touch(kv, "c-stat", 6, 3600), SHOAL_OK);
+    CHECK(before >= 0 && stat_of_both(kv, "touch_hits") == before + 1);
+    CHECK_RC(shoal_kv_delete(kv, "c-stat", 6), SHOAL_OK);
+    text = (char*)1;
+    CHECK_RC(shoal_kv_stats(kv, 2, &text, &size), SHOAL_EINVAL);
+    CHECK(text == NULL && strstr(shoal_last_error(), "no server 2") != NULL);
+    CHECK_RC(shoal_kv_stats(kv, 0, NULL, &size), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_stats(NULL, 0, &text, &size), SHOAL_EINVAL);
+}
+
 /* incr/decr, touch and flush_all (last: it empties the servers). */
 static void test_counters_touch_flush(shoal_kv* kv) {
     uint64_t n = 0;
@@ -1399,6 +1455,8 @@ int main(void) {
     }
     test_conditional_stores(kv);
     lap("test_conditional_stores");
+    test_stats(kv);
+    lap("test_stats");
     test_counters_touch_flush(kv);
     lap("test_counters_touch_flush");
     test_dead_server(rt);

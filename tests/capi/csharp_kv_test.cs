@@ -23,6 +23,8 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_append(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_kv_prepend(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_kv_cas(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime, ulong cas_unique);
+    [DllImport(Lib)] public static extern int shoal_kv_stats(IntPtr kv, UIntPtr server, out IntPtr text, out UIntPtr size);
+    [DllImport(Lib)] public static extern void shoal_free(IntPtr p);
     [DllImport(Lib)] public static extern int shoal_kv_gat(IntPtr kv, byte[] key, UIntPtr key_size, long exptime, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags, out ulong cas_unique);
     [DllImport(Lib)] public static extern int shoal_kv_gets(IntPtr kv, byte[] key, UIntPtr key_size, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags, out ulong cas_unique);
 
@@ -229,6 +231,14 @@ static class Program {
         Check(Shoal.shoal_kv_set(kv, cond, Len(cond), mid, Len(mid), 0, 0) == Shoal.OK, "set again");
         Check(Shoal.shoal_kv_delete(kv, cond, Len(cond)) == Shoal.OK, "delete");
         Check(Shoal.shoal_kv_cas(kv, cond, Len(cond), mid, Len(mid), 0, 0, later) == Shoal.ENOTFOUND, "cas of a deleted key");
+
+        // The first server's statistics as "name value" lines, freed by the library.
+        IntPtr text;
+        rc = Shoal.shoal_kv_stats(kv, UIntPtr.Zero, out text, out size);
+        string stats = rc == Shoal.OK ? Marshal.PtrToStringAnsi(text) : "";
+        Check(rc == Shoal.OK && stats.Length == (int)size.ToUInt64() && stats.StartsWith("pid ") && stats.Contains("\ncurr_items "), "stats: " + Shoal.Name(rc));
+        Shoal.shoal_free(text);
+        Check(Shoal.shoal_kv_stats(kv, new UIntPtr(99), out text, out size) == Shoal.EINVAL && text == IntPtr.Zero, "stats of a server that is not there");
 
         if (rdma) {
             BufferCalls(rt, kv);

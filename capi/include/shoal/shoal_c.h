@@ -190,6 +190,10 @@ SHOAL_C_API int shoal_kv_touch(shoal_kv* kv, const char* key, size_t key_size, i
 /** memcached's flush_all on every server of the client: what was stored before now (`delay`
  *  0) or before `delay` (an exptime) becomes invisible then. */
 SHOAL_C_API int shoal_kv_flush_all(shoal_kv* kv, int64_t delay);
+/** memcached's general `stats` of the server at `server` in the server list (from 0): `*text`
+ *  (free with shoal_free) holds one "name value\n" line per statistic, in the server's order,
+ *  and `*size` its length. SHOAL_EINVAL when there is no such server. Since minor 8. */
+SHOAL_C_API int shoal_kv_stats(shoal_kv* kv, size_t server, char** text, size_t* size);
 
 /** shoal_kv_set without waiting: `done` runs on the client's shard thread when it completes.
  *  Returns SHOAL_OK when the request was handed over (`done` will run exactly once), else an
