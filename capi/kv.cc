@@ -678,6 +678,69 @@ int shoal_kv_get_buffer(shoal_kv* kv, const char* key, size_t key_size, shoal_bu
     });
 }
 
+int shoal_kv_get_many_buffer(shoal_kv* kv, size_t count, const char* const* keys, const size_t* key_sizes,
+                             shoal_buffer* buf, size_t slot, shoal_kv_placed* results, size_t* needed) {
+    const char* what = "shoal_kv_get_many_buffer";
+    return guarded([&] {
+        if (count && (!keys || !key_sizes || !results)) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL keys, sizes or results");
+        }
+        if (int rc = check(kv, what, true); rc != SHOAL_OK) {
+            return rc;
+        }
+        std::vector<std::string> ks;
+        ks.reserve(count);
+        for (size_t i = 0; i < count; ++i) {
+            if (int rc = check_key(keys[i], key_sizes[i], what); rc != SHOAL_OK) {
+                return rc;
+            }
+            ks.emplace_back(keys[i], key_sizes[i]);
+        }
+        if (slot && count > SIZE_MAX / slot) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": count × slot overflows");
+        }
+        int rc;
+        auto b = usable_buffer(buf, kv->state->shard(), 0, count * slot, what, rc);
+        if (!b) {
+            return rc;
+        }
+        auto& st = *kv->state;
+        using many = std::vector<std::optional<kv::placed_value>>;
+        size_t too_small = 0; // the slot a value needs, when one did not fit
+        auto f = st.runtime().engine().submit(st.shard(), [&st, &b, &ks, slot, &too_small] {
+            return st.client()
+                .get_many_into(std::move(ks), b->pool_buffer(), slot)
+                .then_wrapped([&too_small](future<many> got) {
+                    try {
+                        return got.get();
+                    } catch (const kv::client_error& e) {
+                        if (e.needed_capacity() == 0) {
+                            throw;
+                        }
+                        too_small = e.needed_capacity();
+                        return many();
+                    }
+                });
+        });
+        many got = f.get();
+        if (too_small) {
+            if (needed) {
+                *needed = too_small;
+            }
+            return fail(SHOAL_ETOOSMALL, std::string(what) + ": a value needs a slot of " +
+                                             std::to_string(too_small) + " bytes, the slot has " +
+                                             std::to_string(slot));
+        }
+        for (size_t i = 0; i < count; ++i) {
+            results[i] = shoal_kv_placed{SHOAL_ENOTFOUND, 0, 0, 0};
+            if (got[i]) {
+                results[i] = shoal_kv_placed{SHOAL_OK, got[i]->offset, got[i]->length, got[i]->flags};
+            }
+        }
+        return int(SHOAL_OK);
+    });
+}
+
 int shoal_kv_set_buffer_async(shoal_kv* kv, const char* key, size_t key_size, const shoal_buffer* buf,
                               size_t offset, size_t size, uint32_t flags, int64_t exptime, shoal_done_cb done,
                               void* user) {

@@ -1054,6 +1054,51 @@ static int has_pattern(const unsigned char* p, size_t n, unsigned seed) {
  * read back by copy and into a range of another buffer; a range too small, another shard's
  * buffer, a range outside the buffer; the callback forms with the buffer freed right after the
  * call returned. */
+/* shoal_kv_get_many_buffer (minor 8) over the keys test_kv_buffers stored: c-buffer-i holds
+ * `big` bytes of pattern i for even i, `small` for odd i. */
+static void test_kv_many_buffer(shoal_kv* kv, shoal_buffer* dst, shoal_buffer* elsewhere, size_t big,
+                                size_t small) {
+    unsigned char* d = shoal_buffer_data(dst);
+    const char* names[] = {"c-buffer-1", "c-buffer-3", "c-buffer-none", "c-buffer-5"};
+    const unsigned pattern[] = {1, 3, 0, 5};
+    size_t sizes[] = {10, 10, 13, 10};
+    shoal_kv_placed placed[4];
+    size_t slot = shoal_kv_buffer_capacity(10, small);
+    /* Twice: by control GETs (or locations cached before), then from cached locations. */
+    for (int round = 0; round < 2; ++round) {
+        memset(placed, 0, sizeof placed);
+        CHECK_RC(shoal_kv_get_many_buffer(kv, 4, names, sizes, dst, slot, placed, NULL), SHOAL_OK);
+        for (unsigned i = 0; i < 4; ++i) {
+            if (i == 2) {
+                CHECK(placed[i].status == SHOAL_ENOTFOUND);
+                continue;
+            }
+            CHECK(placed[i].status == SHOAL_OK && placed[i].size == small &&
+                  placed[i].flags == 40 + pattern[i]);
+            CHECK(placed[i].value_offset >= i * slot && placed[i].value_offset + small <= (i + 1) * slot);
+            CHECK(has_pattern(d + placed[i].value_offset, small, pattern[i]));
+        }
+    }
+    /* A big value in a small slot: the slot that fits, nothing lost; with it, the value. */
+    const char* mixed[] = {"c-buffer-1", "c-buffer-0"};
+    size_t needed = 0;
+    CHECK_RC(shoal_kv_get_many_buffer(kv, 2, mixed, sizes, dst, slot, placed, &needed), SHOAL_ETOOSMALL);
+    CHECK(needed >= big && needed <= 256 * 1024);
+    if (needed >= big && needed <= 256 * 1024) {
+        CHECK_RC(shoal_kv_get_many_buffer(kv, 1, mixed + 1, sizes, dst, needed, placed, NULL), SHOAL_OK);
+        CHECK(placed[0].status == SHOAL_OK && placed[0].size == big);
+        CHECK(placed[0].value_offset + big <= needed && has_pattern(d + placed[0].value_offset, big, 0));
+    }
+    /* Refused before anything is sent. */
+    CHECK_RC(shoal_kv_get_many_buffer(kv, 4, names, sizes, dst, 100000, placed, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_get_many_buffer(kv, 4, names, sizes, elsewhere, slot, placed, NULL), SHOAL_EINVAL);
+    const char* bad[] = {"c-buffer-1", "bad key"};
+    size_t bad_sizes[] = {10, 7};
+    CHECK_RC(shoal_kv_get_many_buffer(kv, 2, bad, bad_sizes, dst, slot, placed, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_get_many_buffer(kv, 4, names, sizes, dst, slot, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_get_many_buffer(kv, 0, NULL, NULL, dst, slot, NULL, NULL), SHOAL_OK);
+}
+
 static void test_kv_buffers(shoal_runtime* rt, shoal_kv* kv) {
     enum { big = 200000, small = 100, keys = 6 };
     shoal_buffer* src = NULL;
@@ -1115,6 +1160,7 @@ static void test_kv_buffers(shoal_runtime* rt, shoal_kv* kv) {
     }
     size_t at = 0, size = 0;
     CHECK_RC(shoal_kv_get_buffer(kv, "c-buffer-none", 13, dst, 0, 4096, &at, &size, NULL), SHOAL_ENOTFOUND);
+    test_kv_many_buffer(kv, dst, elsewhere, big, small);
     /* Buffers the client cannot use. */
     CHECK_RC(shoal_kv_set_buffer(kv, "c-buffer-0", 10, elsewhere, 0, 10, 0, 0), SHOAL_EINVAL);
     CHECK(strstr(shoal_last_error(), "shard") != NULL);

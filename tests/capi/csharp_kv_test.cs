@@ -23,6 +23,12 @@ static partial class Shoal { // the rest: shoal_native.cs
     [DllImport(Lib)] public static extern int shoal_kv_append(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_kv_prepend(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size);
     [DllImport(Lib)] public static extern int shoal_kv_cas(IntPtr kv, byte[] key, UIntPtr key_size, byte[] value, UIntPtr size, uint flags, long exptime, ulong cas_unique);
+    /// shoal_kv_placed: one result of shoal_kv_get_many_buffer.
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Placed { public int status; public UIntPtr value_offset; public UIntPtr size; public uint flags; }
+    [DllImport(Lib)] public static extern int shoal_kv_get_many_buffer(IntPtr kv, UIntPtr count,
+        [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.LPStr)] string[] keys, UIntPtr[] key_sizes,
+        IntPtr buf, UIntPtr slot, [Out] Placed[] results, out UIntPtr needed);
     [DllImport(Lib)] public static extern int shoal_kv_stats(IntPtr kv, UIntPtr server, out IntPtr text, out UIntPtr size);
     [DllImport(Lib)] public static extern void shoal_free(IntPtr p);
     [DllImport(Lib)] public static extern int shoal_kv_gat(IntPtr kv, byte[] key, UIntPtr key_size, long exptime, byte[] output, UIntPtr capacity, out UIntPtr size, out uint flags, out ulong cas_unique);
@@ -132,6 +138,30 @@ static class Program {
             Check(rc == Shoal.ETOOSMALL && size.ToUInt64() >= (ulong)n && size.ToUInt64() <= need,
                   "get_buffer " + i + " into 50 bytes: " + Shoal.Name(rc) + ", needs " + size.ToUInt64());
         }
+        // Several keys at once into the slots of one buffer (minor 8): the small values, a missing key.
+        string[] many = { "cs-buffer-1", "cs-buffer-3", "cs-buffer-none" };
+        int[] patterns = { 101, 103, 0 };
+        int[] lengths = { 100, 60, 0 };
+        var manySizes = new UIntPtr[many.Length];
+        for (int i = 0; i < many.Length; i++) { manySizes[i] = U(many[i].Length); }
+        ulong slot = Shoal.shoal_kv_buffer_capacity(U(14), U(100)).ToUInt64();
+        var placed = new Shoal.Placed[many.Length];
+        UIntPtr needed;
+        int mrc = Shoal.shoal_kv_get_many_buffer(kv, U(many.Length), many, manySizes, dst, U((long)slot), placed, out needed);
+        Check(mrc == Shoal.OK, "get_many_buffer: " + Shoal.Name(mrc));
+        for (int i = 0; mrc == Shoal.OK && i < many.Length; i++) {
+            if (lengths[i] == 0) {
+                Check(placed[i].status == Shoal.ENOTFOUND, "get_many_buffer: the missing key");
+                continue;
+            }
+            ulong off = placed[i].value_offset.ToUInt64();
+            Check(placed[i].status == Shoal.OK && placed[i].size.ToUInt64() == (ulong)lengths[i] &&
+                  off >= (ulong)i * slot && off + (ulong)lengths[i] <= (ulong)(i + 1) * slot &&
+                  SameAt(dst, off, Pattern(lengths[i], patterns[i])), "get_many_buffer: key " + many[i] + " in its slot");
+        }
+        string[] withBig = { "cs-buffer-0" };
+        mrc = Shoal.shoal_kv_get_many_buffer(kv, U(1), withBig, new UIntPtr[] { U(11) }, dst, U((long)slot), placed, out needed);
+        Check(mrc == Shoal.ETOOSMALL && needed.ToUInt64() >= 200000, "get_many_buffer: a slot too small says what fits");
         var none = Encoding.ASCII.GetBytes("cs-buffer-none");
         UIntPtr a, sz;
         uint f;

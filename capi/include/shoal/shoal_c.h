@@ -108,6 +108,14 @@ typedef struct shoal_kv_value {
     uint32_t flags; /**< the client flags stored with it */
 } shoal_kv_value;
 
+/** One result of shoal_kv_get_many_buffer: where key i's value lies in the buffer. */
+typedef struct shoal_kv_placed {
+    int status;          /**< SHOAL_OK or SHOAL_ENOTFOUND for this key */
+    size_t value_offset; /**< from the buffer's start, inside key i's slot */
+    size_t size;         /**< the value's bytes */
+    uint32_t flags;      /**< the client flags stored with it */
+} shoal_kv_placed;
+
 /** Completion of an _async call that yields no value: `error` is NULL on success, else the
  *  failure's text (valid during the callback only). */
 typedef void (*shoal_done_cb)(void* user, int status, const char* error);
@@ -256,6 +264,16 @@ SHOAL_C_API int shoal_kv_set_buffer(shoal_kv* kv, const char* key, size_t key_si
 SHOAL_C_API int shoal_kv_get_buffer(shoal_kv* kv, const char* key, size_t key_size, shoal_buffer* buf,
                                     size_t offset, size_t capacity, size_t* value_offset, size_t* size,
                                     uint32_t* flags);
+/** The values of `count` keys read into `buf` at once (one request per server, a READ per cached
+ *  location), without a copy over RDMA: key i's value lies inside the slot of `slot` bytes at
+ *  offset i × `slot` (make `slot` shoal_kv_buffer_capacity(longest key, largest value)), where
+ *  `results[i]` says. Returns SHOAL_OK when every server answered (missing keys are results with
+ *  SHOAL_ENOTFOUND). SHOAL_EINVAL, before anything is sent, for an invalid key or `count` ×
+ *  `slot` past the buffer; SHOAL_ETOOSMALL when a value does not fit its slot: `*needed` (may be
+ *  NULL) is then the slot size that fits them all, and nothing is lost. Since minor 8. */
+SHOAL_C_API int shoal_kv_get_many_buffer(shoal_kv* kv, size_t count, const char* const* keys,
+                                         const size_t* key_sizes, shoal_buffer* buf, size_t slot,
+                                         shoal_kv_placed* results, size_t* needed);
 /** Completion of shoal_kv_get_buffer_async: on SHOAL_OK the value lies at `value_offset` in the
  *  buffer, `size` bytes; on SHOAL_ETOOSMALL `size` is the capacity needed. */
 typedef void (*shoal_kv_get_buffer_cb)(void* user, int status, size_t value_offset, size_t size,
