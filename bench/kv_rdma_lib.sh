@@ -13,6 +13,12 @@ server_poll=${KV_BENCH_SERVER_POLL-$poll}
 # A command the clients (ib_read_lat's and shoal-kv-bench's latency cells) run under, such as
 # "chrt -f 1" (empty: none)
 client_prefix=${client_prefix:-}
+# KV_BENCH_PIN_PERFTEST=1: ib_read_lat's client on CPU 0 and its server on CPU 1, as shoal's
+# (default: where the scheduler puts them, as in the tables of earlier stops)
+perf_client_pin= perf_server_pin=
+if [ "${KV_BENCH_PIN_PERFTEST:-}" = 1 ]; then
+    perf_client_pin="taskset -c 0" perf_server_pin="taskset -c 1"
+fi
 server=
 
 start_kv_server() { # start_kv_server [BINARY]: shoal-kv, 1 shard on CPU 1, TCP on 11211, RDMA on 11400
@@ -60,11 +66,12 @@ p50() { # the P50 (µs) of the last cell's get or set row
 read_lat() { # read_lat SIZE: ib_read_lat's result row (#bytes #iter t_min t_max t_typical ...)
     # Both ends bounded in time; the client retries while the server is not listening yet (a
     # loaded guest can take seconds to start it).
-    timeout 150 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 >"$out/perf-server.txt" 2>&1 &
+    $perf_server_pin timeout 150 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 >"$out/perf-server.txt" 2>&1 &
     perf=$!
     for _ in 1 2 3 4 5 6 7 8 9 10; do
         sleep 1
-        $client_prefix timeout 120 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 "$ip" >"$out/perf-client.txt" 2>&1 &&
+        $client_prefix $perf_client_pin timeout 120 ib_read_lat -d "$dev" -x "$gid" -s "$1" -n 5000 "$ip" \
+            >"$out/perf-client.txt" 2>&1 &&
             break
     done
     awk '/^ *#bytes/{getline; print}' "$out/perf-client.txt"

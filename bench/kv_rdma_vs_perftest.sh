@@ -25,6 +25,8 @@
 # KV_BENCH_PAIRS=N: only the aim's cells, bracketed — ib_read_lat, the cached GET (get_into and
 # get_one), ib_read_lat, ... N rounds per value size (32 B against 128 B, 4 KB against 4 KB), each
 # GET divided by the mean of the ib_read_lat runs around it; prints the median ratios.
+# KV_BENCH_PIN_PERFTEST=1 (any mode): ib_read_lat's ends pinned as shoal's are, its client on CPU 0
+# and its server on CPU 1 (by default the scheduler places them).
 set -u
 build=${1:?usage: kv_rdma_vs_perftest.sh BUILD_DIR}
 out=$(mktemp -d)
