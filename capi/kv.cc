@@ -108,31 +108,54 @@ int store_status(kv::store_outcome outcome, const char* what) {
     return fail(SHOAL_EINTERNAL, std::string(what) + ": unknown outcome");
 }
 
-/// The storage commands of the C ABI (memcached's).
-enum class store_kind { set, add, replace, cas, append, prepend };
+/// `bytes` in memory the caller frees with shoal_free (at least one byte, so that an empty value
+/// is not NULL), or NULL when out of memory.
+void* malloc_copy(std::string_view bytes) noexcept {
+    void* p = std::malloc(bytes.empty() ? 1 : bytes.size());
+    if (p && !bytes.empty()) {
+        std::memcpy(p, bytes.data(), bytes.size());
+    }
+    return p;
+}
 
-/// `kind` through `c`'s typed calls (append and prepend keep the stored flags and exptime).
-future<kv::store_outcome> run_store(kv::client& c, store_kind kind, std::string_view k, std::string_view v,
+/// Checks the `count` keys of a multi-key call and copies them into `out`: SHOAL_OK, or the
+/// status of the first one refused.
+int collect_keys(size_t count, const char* const* keys, const size_t* key_sizes, const char* what,
+                 std::vector<std::string>& out) {
+    out.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+        if (int rc = check_key(keys[i], key_sizes[i], what); rc != SHOAL_OK) {
+            return rc;
+        }
+        out.emplace_back(keys[i], key_sizes[i]);
+    }
+    return SHOAL_OK;
+}
+
+using kv::internal::store_op;
+
+/// `op` through `c`'s typed calls (append and prepend keep the stored flags and exptime).
+future<kv::store_outcome> run_store(kv::client& c, store_op op, std::string_view k, std::string_view v,
                                     uint32_t flags, int64_t exptime, uint64_t cas_unique) {
-    switch (kind) {
-    case store_kind::add:
+    switch (op) {
+    case store_op::add:
         return c.add(k, v, flags, exptime);
-    case store_kind::replace:
+    case store_op::replace:
         return c.replace(k, v, flags, exptime);
-    case store_kind::cas:
+    case store_op::cas:
         return c.cas(k, v, cas_unique, flags, exptime);
-    case store_kind::append:
+    case store_op::append:
         return c.append(k, v);
-    case store_kind::prepend:
+    case store_op::prepend:
         return c.prepend(k, v);
-    case store_kind::set:
+    case store_op::set:
         break;
     }
     return c.set(k, v, flags, exptime);
 }
 
 /// A blocking storage command (`cas_unique` is read by `cas` alone).
-int store(shoal_kv* kv, store_kind kind, const char* key, size_t key_size, const void* value, size_t size,
+int store(shoal_kv* kv, store_op op, const char* key, size_t key_size, const void* value, size_t size,
           uint32_t flags, int64_t exptime, uint64_t cas_unique, const char* what) {
     return guarded([&] {
         if (int rc = check_blocking_key(kv, key, key_size, what); rc != SHOAL_OK) {
@@ -144,8 +167,8 @@ int store(shoal_kv* kv, store_kind kind, const char* key, size_t key_size, const
         auto& st = *kv->state;
         std::string_view k(key, key_size);
         std::string_view v(value ? static_cast<const char*>(value) : "", size);
-        auto f = st.runtime().engine().submit(st.shard(), [&st, kind, k, v, flags, exptime, cas_unique] {
-            return run_store(st.client(), kind, k, v, flags, exptime, cas_unique);
+        auto f = st.runtime().engine().submit(st.shard(), [&st, op, k, v, flags, exptime, cas_unique] {
+            return run_store(st.client(), op, k, v, flags, exptime, cas_unique);
         });
         return store_status(f.get(), what);
     });
@@ -229,30 +252,30 @@ void shoal_kv_destroy(shoal_kv* kv) {
 
 int shoal_kv_set(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                  uint32_t flags, int64_t exptime) {
-    return store(kv, store_kind::set, key, key_size, value, size, flags, exptime, 0, "shoal_kv_set");
+    return store(kv, store_op::set, key, key_size, value, size, flags, exptime, 0, "shoal_kv_set");
 }
 
 int shoal_kv_add(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                  uint32_t flags, int64_t exptime) {
-    return store(kv, store_kind::add, key, key_size, value, size, flags, exptime, 0, "shoal_kv_add");
+    return store(kv, store_op::add, key, key_size, value, size, flags, exptime, 0, "shoal_kv_add");
 }
 
 int shoal_kv_replace(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                      uint32_t flags, int64_t exptime) {
-    return store(kv, store_kind::replace, key, key_size, value, size, flags, exptime, 0, "shoal_kv_replace");
+    return store(kv, store_op::replace, key, key_size, value, size, flags, exptime, 0, "shoal_kv_replace");
 }
 
 int shoal_kv_append(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size) {
-    return store(kv, store_kind::append, key, key_size, value, size, 0, 0, 0, "shoal_kv_append");
+    return store(kv, store_op::append, key, key_size, value, size, 0, 0, 0, "shoal_kv_append");
 }
 
 int shoal_kv_prepend(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size) {
-    return store(kv, store_kind::prepend, key, key_size, value, size, 0, 0, 0, "shoal_kv_prepend");
+    return store(kv, store_op::prepend, key, key_size, value, size, 0, 0, 0, "shoal_kv_prepend");
 }
 
 int shoal_kv_cas(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                  uint32_t flags, int64_t exptime, uint64_t cas_unique) {
-    return store(kv, store_kind::cas, key, key_size, value, size, flags, exptime, cas_unique, "shoal_kv_cas");
+    return store(kv, store_op::cas, key, key_size, value, size, flags, exptime, cas_unique, "shoal_kv_cas");
 }
 
 namespace {
@@ -344,11 +367,10 @@ int shoal_kv_get_copy(shoal_kv* kv, const char* key, size_t key_size, void** dat
         if (rc != SHOAL_OK) {
             return rc;
         }
-        void* p = std::malloc(v->data.size() ? v->data.size() : 1);
+        void* p = malloc_copy(v->data);
         if (!p) {
             return fail(SHOAL_ENOMEM, "shoal_kv_get_copy: out of memory");
         }
-        std::memcpy(p, v->data.data(), v->data.size());
         *data = p;
         *size = v->data.size();
         if (flags) {
@@ -368,12 +390,10 @@ int shoal_kv_get_many(shoal_kv* kv, size_t count, const char* const* keys, const
             return rc;
         }
         std::vector<std::string> wanted;
-        wanted.reserve(count);
+        if (int rc = collect_keys(count, keys, key_sizes, "shoal_kv_get_many", wanted); rc != SHOAL_OK) {
+            return rc;
+        }
         for (size_t i = 0; i < count; ++i) {
-            if (int rc = check_key(keys[i], key_sizes[i], "shoal_kv_get_many"); rc != SHOAL_OK) {
-                return rc;
-            }
-            wanted.emplace_back(keys[i], key_sizes[i]);
             results[i] = shoal_kv_value{SHOAL_ENOTFOUND, nullptr, 0, 0};
         }
         auto& st = *kv->state;
@@ -385,7 +405,7 @@ int shoal_kv_get_many(shoal_kv* kv, size_t count, const char* const* keys, const
             if (!values[i]) {
                 continue;
             }
-            void* p = std::malloc(values[i]->data.size() ? values[i]->data.size() : 1);
+            void* p = malloc_copy(values[i]->data);
             if (!p) {
                 for (size_t j = 0; j < i; ++j) {
                     shoal_free(results[j].data);
@@ -393,7 +413,6 @@ int shoal_kv_get_many(shoal_kv* kv, size_t count, const char* const* keys, const
                 }
                 return fail(SHOAL_ENOMEM, "shoal_kv_get_many: out of memory");
             }
-            std::memcpy(p, values[i]->data.data(), values[i]->data.size());
             results[i] = shoal_kv_value{SHOAL_OK, p, values[i]->data.size(), values[i]->flags};
         }
         return int(SHOAL_OK);
@@ -479,11 +498,10 @@ int shoal_kv_stats(shoal_kv* kv, size_t server, char** text, size_t* size) {
             lines += value;
             lines += '\n';
         }
-        char* p = static_cast<char*>(std::malloc(lines.size() + 1));
+        auto* p = static_cast<char*>(malloc_copy(std::string_view(lines.c_str(), lines.size() + 1)));
         if (!p) {
             return fail(SHOAL_ENOMEM, "shoal_kv_stats: out of memory");
         }
-        std::memcpy(p, lines.c_str(), lines.size() + 1);
         *text = p;
         *size = lines.size();
         return int(SHOAL_OK);
@@ -689,12 +707,8 @@ int shoal_kv_get_many_buffer(shoal_kv* kv, size_t count, const char* const* keys
             return rc;
         }
         std::vector<std::string> ks;
-        ks.reserve(count);
-        for (size_t i = 0; i < count; ++i) {
-            if (int rc = check_key(keys[i], key_sizes[i], what); rc != SHOAL_OK) {
-                return rc;
-            }
-            ks.emplace_back(keys[i], key_sizes[i]);
+        if (int rc = collect_keys(count, keys, key_sizes, what, ks); rc != SHOAL_OK) {
+            return rc;
         }
         if (slot && count > SIZE_MAX / slot) {
             return fail(SHOAL_EINVAL, std::string(what) + ": count × slot overflows");

@@ -85,13 +85,16 @@ client::client(client_config cfg)
 
 client::~client() = default;
 
-future<std::optional<fetched_value>> client::get(std::string_view key) {
-    try {
+template <typename Call>
+auto client::on_server_of(std::string_view key, Call call) {
+    return futurize_invoke([&] {
         check_key(key);
-    } catch (...) {
-        return make_exception_future<std::optional<fetched_value>>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->get_one(std::string(key));
+        return call(*_servers[_ring.server_of(key)]);
+    });
+}
+
+future<std::optional<fetched_value>> client::get(std::string_view key) {
+    return on_server_of(key, [&](internal::client_transport& s) { return s.get_one(std::string(key)); });
 }
 
 future<std::vector<std::optional<fetched_value>>> client::get_many(std::vector<std::string> keys) {
@@ -143,12 +146,9 @@ future<std::vector<std::optional<fetched_value>>> client::get_many(std::vector<s
 
 future<store_outcome> client::store(internal::store_op op, std::string_view key, std::string_view value,
                                     uint32_t flags, int64_t exptime, uint64_t cas_unique) {
-    try {
-        check_key(key);
-    } catch (...) {
-        return make_exception_future<store_outcome>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->store(op, key, value, flags, exptime, cas_unique);
+    return on_server_of(key, [&](internal::client_transport& s) {
+        return s.store(op, key, value, flags, exptime, cas_unique);
+    });
 }
 
 future<store_outcome> client::set(std::string_view key, std::string_view value, uint32_t flags,
@@ -182,14 +182,9 @@ future<store_outcome> client::prepend(std::string_view key, std::string_view val
 future<store_outcome> client::store_from(internal::store_op op, std::string_view key,
                                          const net::rdma::buffer& src, size_t offset, size_t length,
                                          uint32_t flags, int64_t exptime, uint64_t cas_unique) {
-    net::rdma::local_span span;
-    try {
-        check_key(key);
-        span = registered_span(src, offset, length);
-    } catch (...) {
-        return make_exception_future<store_outcome>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->store_from(op, key, std::move(span), flags, exptime, cas_unique);
+    return on_server_of(key, [&](internal::client_transport& s) {
+        return s.store_from(op, key, registered_span(src, offset, length), flags, exptime, cas_unique);
+    });
 }
 
 future<store_outcome> client::set_from(std::string_view key, const net::rdma::buffer& src, size_t offset,
@@ -218,15 +213,9 @@ future<std::optional<placed_value>> client::get_into(std::string_view key, net::
 
 future<std::optional<placed_value>> client::get_into(std::string_view key, net::rdma::buffer& dst,
                                                      size_t offset, size_t capacity) {
-    net::rdma::local_span span;
-    try {
-        check_key(key);
-        span = registered_span(dst, offset, capacity);
-    } catch (...) {
-        return make_exception_future<std::optional<placed_value>>(std::current_exception());
-    }
-    future<std::optional<placed_value>> placed =
-        _servers[_ring.server_of(key)]->get_into(std::string(key), std::move(span));
+    future<std::optional<placed_value>> placed = on_server_of(key, [&](internal::client_transport& s) {
+        return s.get_into(std::string(key), registered_span(dst, offset, capacity));
+    });
     if (offset == 0) {
         return placed;
     }
@@ -289,48 +278,23 @@ future<std::vector<std::optional<placed_value>>> client::get_many_into(std::vect
 }
 
 future<bool> client::remove(std::string_view key) {
-    try {
-        check_key(key);
-    } catch (...) {
-        return make_exception_future<bool>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->remove(key);
+    return on_server_of(key, [&](internal::client_transport& s) { return s.remove(key); });
 }
 
 future<bool> client::touch(std::string_view key, int64_t exptime) {
-    try {
-        check_key(key);
-    } catch (...) {
-        return make_exception_future<bool>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->touch(key, exptime);
+    return on_server_of(key, [&](internal::client_transport& s) { return s.touch(key, exptime); });
 }
 
 future<std::optional<fetched_value>> client::gat(std::string_view key, int64_t exptime) {
-    try {
-        check_key(key);
-    } catch (...) {
-        return make_exception_future<std::optional<fetched_value>>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->gat(key, exptime);
+    return on_server_of(key, [&](internal::client_transport& s) { return s.gat(key, exptime); });
 }
 
 future<std::optional<uint64_t>> client::incr(std::string_view key, uint64_t delta) {
-    try {
-        check_key(key);
-    } catch (...) {
-        return make_exception_future<std::optional<uint64_t>>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->delta(true, key, delta);
+    return on_server_of(key, [&](internal::client_transport& s) { return s.delta(true, key, delta); });
 }
 
 future<std::optional<uint64_t>> client::decr(std::string_view key, uint64_t delta) {
-    try {
-        check_key(key);
-    } catch (...) {
-        return make_exception_future<std::optional<uint64_t>>(std::current_exception());
-    }
-    return _servers[_ring.server_of(key)]->delta(false, key, delta);
+    return on_server_of(key, [&](internal::client_transport& s) { return s.delta(false, key, delta); });
 }
 
 future<> client::flush_all(int64_t delay) {

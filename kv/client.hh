@@ -164,6 +164,10 @@ public:
     future<> close();
 
 private:
+    /// `call(transport)` on the server that holds `key`, once `key` is valid; a bad key (or
+    /// anything `call` throws) fails the returned future instead.
+    template <typename Call>
+    auto on_server_of(std::string_view key, Call call);
     future<store_outcome> store(internal::store_op op, std::string_view key, std::string_view value,
                                 uint32_t flags, int64_t exptime, uint64_t cas_unique);
     future<store_outcome> store_from(internal::store_op op, std::string_view key,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,16 @@ namespace shoal::kv {
 /// One server's general statistics as memcached's `stats` reports them: (name, value) pairs in
 /// the server's order (libmemcached's `memcached_stat`).
 using server_stats = std::vector<std::pair<std::string, std::string>>;
+
+/// The value of statistic `name` in `stats` (empty when it is not there).
+inline std::string_view stat_value(const server_stats& stats, std::string_view name) noexcept {
+    for (const auto& [n, v] : stats) {
+        if (n == name) {
+            return v;
+        }
+    }
+    return {};
+}
 
 /// A value read by `kv::client`: its bytes, the client flags stored with it and its CAS unique
 /// (for `client::cas`).

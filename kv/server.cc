@@ -290,11 +290,10 @@ future<std::string> server::general_stats() {
 }
 
 future<> server::handle_stats(const request& r, reply_batch& reply) {
-    server_info info = this->info();
     if (r.arg.empty()) {
         reply.text() += co_await general_stats();
     } else if (r.arg == "settings") {
-        format_settings(info, reply.text());
+        format_settings(info(), reply.text());
     } else if (r.arg == "slabs" || r.arg == "items") {
         using classes = std::vector<std::vector<slab_class_info>>;
         classes all =
@@ -310,7 +309,7 @@ future<> server::handle_stats(const request& r, reply_batch& reply) {
                                             [](store_stats a, const store_stats& b) { return a += b; });
             format_slabs(merged, s.total_malloced, reply.text());
         } else {
-            format_items(merged, info.now, reply.text());
+            format_items(merged, _store.now(), reply.text());
         }
     } else if (r.arg == "reset") {
         co_await _peers->invoke_on_all([](server& sv) {

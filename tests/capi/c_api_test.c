@@ -207,10 +207,12 @@ static void test_conditional_stores(shoal_kv* kv) {
 /* The number after "name " on a line of shoal_kv_stats' text (-1 when there is none). */
 static long long stat_of(const char* text, const char* name) {
     size_t n = strlen(name);
-    for (const char* line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (const char* line = text; line && *line;) {
         if (strncmp(line, name, n) == 0 && line[n] == ' ') {
             return atoll(line + n + 1);
         }
+        const char* end = strchr(line, '\n');
+        line = end ? end + 1 : NULL;
     }
     return -1;
 }

@@ -130,17 +130,9 @@ TEST(kv_rdma, tcp_and_rdma_share_one_store_in_registered_memory) {
             std::vector<kv::server_stats> by_rdma = co_await over_rdma.stats();
             std::vector<kv::server_stats> by_tcp = co_await tcp.stats();
             RDMA_CHECK(by_rdma.size() == 1 && by_tcp.size() == 1);
-            auto stat = [](const kv::server_stats& s, std::string_view name) {
-                for (const auto& [n, v] : s) {
-                    if (n == name) {
-                        return v;
-                    }
-                }
-                return std::string();
-            };
             for (std::string_view name : {"pid", "threads", "curr_items", "limit_maxbytes"}) {
-                EXPECT_FALSE(stat(by_rdma[0], name).empty()) << name;
-                EXPECT_EQ(stat(by_rdma[0], name), stat(by_tcp[0], name)) << name;
+                EXPECT_FALSE(kv::stat_value(by_rdma[0], name).empty()) << name;
+                EXPECT_EQ(kv::stat_value(by_rdma[0], name), kv::stat_value(by_tcp[0], name)) << name;
             }
             EXPECT_EQ(by_rdma[0].size(), by_tcp[0].size());
             std::vector<std::string> ask;
