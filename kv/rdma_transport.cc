@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
 
 namespace shoal::kv::internal {
 
@@ -31,7 +32,8 @@ rdma_transport::rdma_transport(net::socket_address addr, unsigned index,
     : _addr(addr)
     , _index(index)
     , _connect_timeout(connect_timeout)
-    , _opts(opts) {}
+    , _opts(opts)
+    , _cache(opts.location_cache) {}
 
 rdma_transport::~rdma_transport() = default;
 
@@ -286,13 +288,10 @@ future<rdma_transport::reply> rdma_transport::call(unsigned shard, const wire::r
 }
 
 void rdma_transport::remember(const std::string& key, const wire::response& h, unsigned shard) {
-    if (_opts.location_cache == 0 || h.len == 0) {
+    if (h.len == 0) {
         return;
     }
-    if (_cache.size() >= _opts.location_cache && !_cache.count(key)) {
-        _cache.erase(_cache.begin()); // any victim: a wrong guess only costs a control round trip
-    }
-    _cache[key] = location{h.addr, h.rkey, h.len, shard};
+    _cache.put(key, location{h.addr, h.rkey, h.len, shard}); // evicts any other when full
 }
 
 // Inlined into the GET paths (as `cached`): in the emulated guest a call costs more than the
@@ -319,8 +318,8 @@ rdma_transport::cached(const std::string& key, uint32_t max_len) const noexcept 
     if (_closed || _opts.time_cached_gets || !connected()) {
         return nullptr;
     }
-    auto it = _cache.find(key);
-    return it != _cache.end() && it->second.len <= max_len ? &it->second : nullptr;
+    const location* at = _cache.find(key);
+    return at && at->len <= max_len ? at : nullptr;
 }
 
 std::exception_ptr rdma_transport::read_error(shard_conn& s, std::exception_ptr error) noexcept {
@@ -448,9 +447,8 @@ future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::
     const unsigned shard = shard_of_key(key);
     location loc;
     bool from_cache = false; // this READ is of a cached location (no control round trip)
-    if (auto it = touch ? _cache.end() : _cache.find(key);
-        it != _cache.end() && (!into_dst || it->second.len <= dst.length)) {
-        loc = it->second; // (a record too long for `dst` may have shrunk since: ask the server)
+    if (const location* at = touch ? nullptr : _cache.find(key); at && (!into_dst || at->len <= dst.length)) {
+        loc = *at; // (a record too long for `dst` may have shrunk since: ask the server)
         from_cache = true;
     }
     for (unsigned round = 0;;) {

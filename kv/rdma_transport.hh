@@ -4,6 +4,7 @@
 #include "core/future.hh"
 #include "core/timer.hh"
 #include "kv/client_transport.hh"
+#include "kv/location_cache.hh"
 #include "kv/rdma_client_options.hh"
 #include "kv/rdma_wire.hh"
 #include "kv/record.hh"
@@ -15,7 +16,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace shoal::kv {
@@ -92,12 +92,7 @@ public:
     std::chrono::milliseconds backoff() const noexcept { return _backoff; }
 
 private:
-    struct location {
-        uint64_t addr = 0;
-        uint32_t rkey = 0;
-        uint32_t len = 0;
-        unsigned shard = 0;
-    };
+    using location = record_location;
     struct reply {
         wire::response h;
         std::string value; ///< inline bytes
@@ -190,7 +185,7 @@ private:
     std::vector<std::shared_ptr<shard_conn>> _shards;  ///< shared with their receive loops
     unsigned _shard_count = 0;                         ///< as the server's hello announced
     std::optional<std::vector<promise<>>> _connecting; ///< waiters while connecting
-    std::unordered_map<std::string, location> _cache;
+    location_cache _cache;
     uint32_t _next_id = 1;
     uint32_t _server_now = 0;                             ///< the server's clock in its last reply
     std::chrono::steady_clock::time_point _server_now_at; ///< when that reply came
