@@ -36,20 +36,36 @@ inline uint64_t load_tail(const char* p, size_t n) noexcept {
     }
     return t;
 }
-/// Whether the `n` bytes at `a` and `b` are equal, eight at a time (short keys: no libc call).
+/// What `load_tail(end - n, n)` gives for `n` in 1..7, in one load of the eight bytes before
+/// `end` (the caller knows they are readable: the string is at least eight bytes long).
+inline uint64_t load_tail_before(const char* end, size_t n) noexcept {
+    uint64_t w;
+    std::memcpy(&w, end - 8, 8);
+    return w >> (64 - 8 * n);
+}
+/// Whether the `n` bytes at `a` and `b` are equal, eight at a time, the last eight overlapping
+/// the ones before (short keys: no libc call, no byte-wise tail).
 inline bool same_bytes(const char* a, const char* b, size_t n) noexcept {
-    for (; n >= 8; a += 8, b += 8, n -= 8) {
-        uint64_t x, y;
+    if (n < 8) {
+        return load_tail(a, n) == load_tail(b, n);
+    }
+    const char* a_last = a + n - 8;
+    uint64_t x, y;
+    for (; a < a_last; a += 8, b += 8) {
         std::memcpy(&x, a, 8);
         std::memcpy(&y, b, 8);
         if (x != y) {
             return false;
         }
     }
-    return load_tail(a, n) == load_tail(b, n);
+    std::memcpy(&x, a_last, 8);
+    std::memcpy(&y, b + (a_last - a), 8);
+    return x == y;
 }
-/// Folds `n` bytes at `p` into `h`, eight bytes per step.
-inline uint64_t fold(uint64_t h, const char* p, size_t n) noexcept {
+/// Folds `n` bytes at `p` into `h`, eight bytes per step. `readable_before`: the eight bytes
+/// before `p` may be read (the value does not depend on it; a tail then takes one load).
+inline uint64_t fold(uint64_t h, const char* p, size_t n, bool readable_before = false) noexcept {
+    readable_before |= n >= 8;
     while (n >= 8) {
         uint64_t w;
         std::memcpy(&w, p, 8);
@@ -57,7 +73,8 @@ inline uint64_t fold(uint64_t h, const char* p, size_t n) noexcept {
         p += 8;
         n -= 8;
     }
-    return mix(h ^ load_tail(p, n), m ^ n);
+    const uint64_t tail = n == 0 ? 0 : readable_before ? load_tail_before(p + n, n) : load_tail(p, n);
+    return mix(h ^ tail, m ^ n);
 }
 } // namespace hash_detail
 

@@ -35,7 +35,8 @@ constexpr size_t bytes(size_t key_len, size_t value_len) noexcept {
 /// (format 2; format 1 used the one chain of `fold`: ~1.6 µs for 4 KB, ~4× this).
 inline uint64_t fold4(uint64_t h, const char* p, size_t n) noexcept {
     using namespace hash_detail;
-    if (n >= 32) {
+    const bool whole_steps = n >= 32;
+    if (whole_steps) {
         uint64_t a = h, b = h ^ m, c = h + m, d = ~h;
         for (; n >= 32; p += 32, n -= 32) {
             uint64_t w[4];
@@ -47,7 +48,7 @@ inline uint64_t fold4(uint64_t h, const char* p, size_t n) noexcept {
         }
         h = mix(mix(a, b), mix(c, d));
     }
-    return fold(h, p, n);
+    return fold(h, p, n, whole_steps);
 }
 
 /// 64-bit checksum of a record's version, flags, exptime, key and value (multiply-fold, as
