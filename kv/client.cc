@@ -94,7 +94,7 @@ auto client::on_server_of(std::string_view key, Call call) {
 }
 
 future<std::optional<fetched_value>> client::get(std::string_view key) {
-    return on_server_of(key, [&](internal::client_transport& s) { return s.get_one(std::string(key)); });
+    return on_server_of(key, [&](internal::client_transport& s) { return s.get_one(key); });
 }
 
 future<std::vector<std::optional<fetched_value>>> client::get_many(std::vector<std::string> keys) {
@@ -214,7 +214,7 @@ future<std::optional<placed_value>> client::get_into(std::string_view key, net::
 future<std::optional<placed_value>> client::get_into(std::string_view key, net::rdma::buffer& dst,
                                                      size_t offset, size_t capacity) {
     future<std::optional<placed_value>> placed = on_server_of(key, [&](internal::client_transport& s) {
-        return s.get_into(std::string(key), registered_span(dst, offset, capacity));
+        return s.get_into(key, registered_span(dst, offset, capacity));
     });
     if (offset == 0) {
         return placed;

@@ -76,9 +76,9 @@ public:
     virtual future<std::vector<std::optional<fetched_value>>> get(std::vector<std::string> keys) = 0;
     /// The value of one key (nullopt when missing): `get` of that key unless the transport has a
     /// cheaper path (the RDMA transport's cached GET: no key vector, no future per key).
-    virtual future<std::optional<fetched_value>> get_one(std::string key) {
+    virtual future<std::optional<fetched_value>> get_one(std::string_view key) {
         std::vector<std::string> keys;
-        keys.push_back(std::move(key));
+        keys.emplace_back(key);
         return get(std::move(keys)).then([](std::vector<std::optional<fetched_value>> v) {
             return std::move(v.front());
         });
@@ -95,7 +95,7 @@ public:
     /// when missing; a `bad_request` error when `dst` is too small. The RDMA transport READs the
     /// record into `dst` and validates it there (the value follows the record's header), others
     /// copy the value to its start. The span holds its pool buffer until the future resolves.
-    virtual future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) = 0;
+    virtual future<std::optional<placed_value>> get_into(std::string_view key, net::rdma::local_span dst) = 0;
     /// Deletes `key`: true when it existed.
     virtual future<bool> remove(std::string_view key) = 0;
     /// incr (`incr` true) or decr by `delta`: the new value, nullopt when the key is missing.

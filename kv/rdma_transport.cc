@@ -314,7 +314,7 @@ rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
 }
 
 [[gnu::always_inline]] inline const rdma_transport::location*
-rdma_transport::cached(const std::string& key, uint32_t max_len) const noexcept {
+rdma_transport::cached(std::string_view key, uint32_t max_len) const noexcept {
     if (_closed || _opts.time_cached_gets || !connected()) {
         return nullptr;
     }
@@ -332,10 +332,53 @@ std::exception_ptr rdma_transport::read_error(shard_conn& s, std::exception_ptr 
     }
 }
 
-void rdma_transport::stale(const std::string& key) noexcept {
+void rdma_transport::stale(std::string_view key) noexcept {
     ++_stats.cache_misses;
     _cache.erase(key);
 }
+
+namespace {
+/// A cached GET's key, held without a call into libc when it is short (a `std::string` copies
+/// even a short key with a `memcpy` of variable size: a call per GET, on a page of its own).
+class held_key {
+public:
+    explicit held_key(std::string_view k)
+        : _len(k.size()) {
+        if (_len <= sizeof(_short)) {
+            copy_short(_short, k.data(), _len);
+        } else {
+            _long.assign(k.data(), k.size());
+        }
+    }
+    std::string_view view() const noexcept {
+        return _len <= sizeof(_short) ? std::string_view(_short, _len) : std::string_view(_long);
+    }
+    std::string take() { return _len <= sizeof(_short) ? std::string(_short, _len) : std::move(_long); }
+
+private:
+    /// Copies `n` (≤ 32) bytes in at most two fixed-size copies that overlap.
+    static void copy_short(char* to, const char* from, size_t n) noexcept {
+        if (n >= 16) {
+            std::memcpy(to, from, 16);
+            std::memcpy(to + n - 16, from + n - 16, 16);
+        } else if (n >= 8) {
+            std::memcpy(to, from, 8);
+            std::memcpy(to + n - 8, from + n - 8, 8);
+        } else if (n >= 4) {
+            std::memcpy(to, from, 4);
+            std::memcpy(to + n - 4, from + n - 4, 4);
+        } else if (n > 0) {
+            to[0] = from[0];
+            to[n / 2] = from[n / 2];
+            to[n - 1] = from[n - 1];
+        }
+    }
+
+    size_t _len;
+    char _short[32];
+    std::string _long; ///< a key longer than `_short`
+};
+} // namespace
 
 // A cached GET in flight. The READ's completion calls `complete` straight from the CQ poll: it
 // validates the record and resolves the GET, whose caller then runs in the one task of the GET.
@@ -345,16 +388,16 @@ template <typename Result>
 struct rdma_transport::cached_read final : net::rdma::op_completion {
     static constexpr bool into_dst = std::is_same_v<Result, placed_value>;
 
-    cached_read(rdma_transport& t, std::string&& key, rdma::local_span&& dst, std::shared_ptr<shard_conn> s,
-                uint32_t len) noexcept
+    cached_read(rdma_transport& t, std::string_view key, rdma::local_span&& dst,
+                std::shared_ptr<shard_conn> s, uint32_t len)
         : t(t)
-        , key(std::move(key))
+        , key(key)
         , dst(std::move(dst))
         , s(std::move(s))
         , len(len) {}
 
     rdma_transport& t;
-    std::string key;
+    held_key key;
     rdma::local_span dst; ///< `get_into`: the caller's buffer; `get_one`: a pool buffer of its own
     rdma::buffer own;     ///< `get_one`: that pool buffer
     std::shared_ptr<shard_conn> s;
@@ -367,11 +410,15 @@ struct rdma_transport::cached_read final : net::rdma::op_completion {
             done.set_exception(t.read_error(*s, std::move(error)));
             return;
         }
-        std::optional<record::view> v = t.decode(dst.addr, len, key);
+        std::optional<record::view> v = t.decode(dst.addr, len, key.view());
         if (!v) { // it raced a change: through the server
-            t.stale(key);
+            t.stale(key.view());
             rdma::local_span into = into_dst ? std::move(dst) : rdma::local_span{};
-            t.read_value<Result>(std::move(key), std::move(into)).forward_to(std::move(done));
+            try {
+                t.read_value<Result>(key.take(), std::move(into)).forward_to(std::move(done));
+            } catch (...) {
+                done.set_exception(std::current_exception());
+            }
             return;
         }
         ++t._stats.direct_reads;
@@ -394,16 +441,17 @@ struct rdma_transport::cached_read final : net::rdma::op_completion {
 
 template <typename Result>
 [[gnu::always_inline]] inline future<std::optional<Result>>
-rdma_transport::read_cached(const location& loc, std::string&& key, rdma::local_span&& dst) {
-    auto* op = new cached_read<Result>(*this, std::move(key), std::move(dst), _shards[loc.shard], loc.len);
-    if constexpr (!cached_read<Result>::into_dst) {
-        try {
+rdma_transport::read_cached(const location& loc, std::string_view key, rdma::local_span&& dst) {
+    cached_read<Result>* op = nullptr;
+    try {
+        op = new cached_read<Result>(*this, key, std::move(dst), _shards[loc.shard], loc.len);
+        if constexpr (!cached_read<Result>::into_dst) {
             op->own = rdma::shard_context::local().pool().allocate(loc.len);
             op->dst = rdma::span_of(op->own, 0, loc.len);
-        } catch (...) {
-            delete op;
-            return make_exception_future<std::optional<Result>>(std::current_exception());
         }
+    } catch (...) {
+        delete op;
+        return make_exception_future<std::optional<Result>>(std::current_exception());
     }
     future<std::optional<Result>> f = op->done.get_future();
     ++_stats.reads;
@@ -413,22 +461,22 @@ rdma_transport::read_cached(const location& loc, std::string&& key, rdma::local_
     return f;
 }
 
-future<std::optional<fetched_value>> rdma_transport::get_one(std::string key) {
+future<std::optional<fetched_value>> rdma_transport::get_one(std::string_view key) {
     if (const location* at = cached(key, UINT32_MAX)) {
-        return read_cached<fetched_value>(*at, std::move(key), rdma::local_span{});
+        return read_cached<fetched_value>(*at, key, rdma::local_span{});
     }
-    return read_value<fetched_value>(std::move(key), {});
+    return read_value<fetched_value>(std::string(key), {});
 }
 
 future<std::optional<fetched_value>> rdma_transport::gat(std::string_view key, int64_t exptime) {
     return read_value<fetched_value>(std::string(key), {}, exptime);
 }
 
-future<std::optional<placed_value>> rdma_transport::get_into(std::string key, rdma::local_span dst) {
+future<std::optional<placed_value>> rdma_transport::get_into(std::string_view key, rdma::local_span dst) {
     if (const location* at = cached(key, dst.length)) {
-        return read_cached<placed_value>(*at, std::move(key), std::move(dst));
+        return read_cached<placed_value>(*at, key, std::move(dst));
     }
-    return read_value<placed_value>(std::move(key), std::move(dst));
+    return read_value<placed_value>(std::string(key), std::move(dst));
 }
 
 template <typename Result>

@@ -72,7 +72,7 @@ public:
                                 int64_t exptime, uint64_t cas_unique) override;
     future<store_outcome> store_from(store_op op, std::string_view key, net::rdma::local_span src,
                                      uint32_t flags, int64_t exptime, uint64_t cas_unique) override;
-    future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) override;
+    future<std::optional<placed_value>> get_into(std::string_view key, net::rdma::local_span dst) override;
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
@@ -83,7 +83,7 @@ public:
 
     /// One key's value (the building block of `get`). A cached location is READ without a
     /// coroutine; anything else goes through `read_value`.
-    future<std::optional<fetched_value>> get_one(std::string key) override;
+    future<std::optional<fetched_value>> get_one(std::string_view key) override;
     /// Drops every cached location (the next GETs take the control path).
     void forget_locations() noexcept { _cache.clear(); }
     /// This transport's counters.
@@ -155,20 +155,20 @@ private:
                               uint64_t cas_unique);
     /// The cached location of `key` when a GET can READ it at once (open, every shard connected,
     /// not timing GETs, the record no longer than `max_len`), else null.
-    const location* cached(const std::string& key, uint32_t max_len) const noexcept;
+    const location* cached(std::string_view key, uint32_t max_len) const noexcept;
     /// The READ of a cached location on `s` failed with `error`: the `connection` error to fail
     /// the GET with (`s` is broken).
     std::exception_ptr read_error(shard_conn& s, std::exception_ptr error) noexcept;
     /// A GET served by a READ of `key`'s cached location `loc` (see `cached_read`); into `dst`
     /// for `placed_value`, into a pool buffer of its own for `fetched_value`.
     template <typename Result>
-    future<std::optional<Result>> read_cached(const location& loc, std::string&& key,
+    future<std::optional<Result>> read_cached(const location& loc, std::string_view key,
                                               net::rdma::local_span&& dst);
     template <typename Result>
     struct cached_read;
     /// A cached READ whose record did not validate (it raced a change): the location is dropped
     /// (the GET goes on through the server).
-    void stale(const std::string& key) noexcept;
+    void stale(std::string_view key) noexcept;
     /// The record READ into `buf` (`len` bytes) when it validates as `key`'s and has not expired,
     /// else nullopt (counted in `invalid_reads`).
     std::optional<record::view> decode(const char* buf, uint32_t len, std::string_view key);

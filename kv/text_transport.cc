@@ -137,7 +137,9 @@ future<store_outcome> text_transport::store_from(store_op op, std::string_view k
     return store(op, key, std::string_view(src.addr, src.length), flags, exptime, cas_unique);
 }
 
-future<std::optional<placed_value>> text_transport::get_into(std::string key, net::rdma::local_span dst) {
+future<std::optional<placed_value>> text_transport::get_into(std::string_view key_view,
+                                                             net::rdma::local_span dst) {
+    std::string key(key_view); // before the first suspension: the caller's key lasts the call only
     std::vector<std::string> keys;
     keys.push_back(key);
     std::vector<std::optional<fetched_value>> got = co_await get(std::move(keys));

@@ -34,7 +34,7 @@ public:
     future<store_outcome> store_from(store_op op, std::string_view key, net::rdma::local_span src,
                                      uint32_t flags, int64_t exptime, uint64_t cas_unique) override;
     /// `get`, the value copied to the start of `dst`.
-    future<std::optional<placed_value>> get_into(std::string key, net::rdma::local_span dst) override;
+    future<std::optional<placed_value>> get_into(std::string_view key, net::rdma::local_span dst) override;
     future<bool> remove(std::string_view key) override;
     future<std::optional<uint64_t>> delta(bool incr, std::string_view key, uint64_t delta) override;
     future<bool> touch(std::string_view key, int64_t exptime) override;
