@@ -363,7 +363,8 @@ bool shard_context::before_poll() noexcept {
     return post_dirty() || held;
 }
 
-bool shard_context::post_queued() noexcept {
+// Inlined into `before_poll` and `after_poll` (through `post_dirty`): one call less per post.
+[[gnu::always_inline]] inline bool shard_context::post_queued() noexcept {
     bool work = false;
     if (!_starved.empty()) {
         for (size_t i = 0; i < _starved.size();) {

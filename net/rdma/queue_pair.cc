@@ -154,6 +154,12 @@ void connection_impl::fail_unposted() noexcept {
 }
 
 void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc*) noexcept {
+    retire_slot(s, status);
+}
+
+// Inlined into `on_send_complete`, every completion's path (one call less per completion);
+// `finish_slot` is it for the other callers (flushes at teardown).
+[[gnu::always_inline]] inline void connection_impl::retire_slot(send_slot& s, ibv_wc_status status) noexcept {
     bool ok = status == IBV_WC_SUCCESS;
     op_completion* notify = std::exchange(s.notify, nullptr);
     std::exception_ptr notify_error;
@@ -248,7 +254,7 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
     while (_tail <= target && _tail < _posted) {
         send_slot& t = _slots[_tail % _depth];
         ++_tail;
-        finish_slot(t, &t == &s ? wc.status : IBV_WC_SUCCESS, &wc);
+        retire_slot(t, &t == &s ? wc.status : IBV_WC_SUCCESS);
     }
     if (failure && _state != state::closing && _state != state::closed) {
         qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));

@@ -385,6 +385,8 @@ private:
     /// send credit used, counters) and appends it to the batch.
     void append_data_message(send_slot& s, size_t n) noexcept;
     void finish_slot(send_slot& s, ibv_wc_status status, const ibv_wc* wc) noexcept;
+    /// `finish_slot`, inlined into the completion path.
+    void retire_slot(send_slot& s, ibv_wc_status status) noexcept;
     void fail_unposted() noexcept;
     /// The armed fault points of posting (tests): may move the QP to the error state; returns
     /// the error an injected ibv_post_send failure reports (0: none), with `bad` set.
