@@ -253,6 +253,45 @@ TEST(kv_rdma, a_cached_location_is_read_without_the_server_and_never_goes_stale)
     EXPECT_EQ(rc, 0);
 }
 
+// A cached GET holds a short key inline and a long one in a string: keys of every length
+// around those limits are READ by their cached locations, and when one was overwritten the GET
+// goes on through the server with the same key (into a pool string and into a registered
+// buffer). The keys' bytes differ everywhere, so a key copied wrong would READ another record or
+// miss.
+TEST(kv_rdma, cached_gets_of_keys_of_every_length_read_directly_and_retry_through_the_server) {
+    int rc = run_rdma(1, []() -> future<> {
+        co_await with_kv([](rdma_kv& kvs) -> future<> {
+            kv::client& tcp = kvs.client(kv::endpoint_transport::tcp);
+            auto& t = kvs.transport();
+            rdma::buffer dst = rdma::shard_context::local().pool().allocate(kv::get_into_capacity(250, 200));
+            for (size_t len : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 64, 250}) {
+                std::string k;
+                for (size_t i = 0; i < len; ++i) {
+                    k += char('a' + (i * 7 + len) % 26);
+                }
+                RDMA_CHECK(co_await tcp.set(k, value_of(k, 1, 200), 0, 0) == kv::store_outcome::stored);
+                RDMA_CHECK(co_await fetch(t, k) == value_of(k, 1, 200)); // caches the location
+                const uint64_t direct = t.stats().direct_reads;
+                RDMA_CHECK(co_await fetch(t, k) == value_of(k, 1, 200));
+                auto placed = co_await t.get_into(k, rdma::span_of(dst, 0, dst.capacity()));
+                RDMA_CHECK(placed && std::string_view(dst.data() + placed->offset, placed->length) ==
+                                         value_of(k, 1, 200));
+                EXPECT_EQ(t.stats().direct_reads, direct + 2) << len << "-byte key";
+                // Overwritten: the cached READ fails validation and the GET retries by the key.
+                const uint64_t misses = t.stats().cache_misses;
+                RDMA_CHECK(co_await tcp.set(k, value_of(k, 2, 150), 0, 0) == kv::store_outcome::stored);
+                RDMA_CHECK(co_await fetch(t, k) == value_of(k, 2, 150));
+                RDMA_CHECK(co_await tcp.set(k, value_of(k, 3, 120), 0, 0) == kv::store_outcome::stored);
+                placed = co_await t.get_into(k, rdma::span_of(dst, 0, dst.capacity()));
+                RDMA_CHECK(placed && std::string_view(dst.data() + placed->offset, placed->length) ==
+                                         value_of(k, 3, 120));
+                EXPECT_EQ(t.stats().cache_misses, misses + 2) << len << "-byte key";
+            }
+        });
+    });
+    EXPECT_EQ(rc, 0);
+}
+
 TEST(kv_rdma, the_client_sets_both_inline_limits_and_may_time_its_cached_gets) {
     int rc = run_rdma(2, []() -> future<> {
         kv::rdma_server_config server_1k; // a server limit the values below straddle
