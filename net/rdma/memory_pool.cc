@@ -108,11 +108,6 @@ memory_pool::~memory_pool() {
     }
 }
 
-unsigned memory_pool::class_of(size_t size) const noexcept {
-    size_t s = std::max(size, _opts.min_buffer);
-    return unsigned(std::countr_zero(round_pow2(s)) - std::countr_zero(_opts.min_buffer));
-}
-
 size_t memory_pool::capacity_for(size_t size) const noexcept {
     return size > _opts.max_buffer ? 0 : _classes[class_of(size)].size;
 }
@@ -225,6 +220,10 @@ void memory_pool::largest_class_unlink(internal::buffer_desc* d) noexcept {
 }
 
 buffer memory_pool::try_allocate(size_t size, bool optional) noexcept {
+    return take(size, optional);
+}
+
+[[gnu::always_inline]] inline buffer memory_pool::take(size_t size, bool optional) noexcept {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA memory pool");
     if (internal::inject(fault::pool_allocation)) [[unlikely]] {
         ++_stats.failures;
@@ -267,7 +266,7 @@ buffer memory_pool::try_allocate(size_t size, bool optional) noexcept {
 }
 
 buffer memory_pool::allocate(size_t size) {
-    buffer b = try_allocate(size);
+    buffer b = take(size, false);
     if (!b) {
         throw pool_exhausted(fmt::format("RDMA memory pool of shard {}: cannot allocate {} bytes: {}", _shard,
                                          size, _last_error));
