@@ -33,7 +33,7 @@ constexpr size_t bytes(size_t key_len, size_t value_len) noexcept {
 /// Folds `n` bytes at `p` into `h` as `hash_detail::fold` does (a 64x64→128 multiply per eight
 /// bytes), but on four independent chains, 32 bytes per step, so that the multiplies overlap
 /// (format 2; format 1 used the one chain of `fold`: ~1.6 µs for 4 KB, ~4× this).
-inline uint64_t fold4(uint64_t h, const char* p, size_t n) noexcept {
+[[gnu::always_inline]] inline uint64_t fold4(uint64_t h, const char* p, size_t n) noexcept {
     using namespace hash_detail;
     const bool whole_steps = n >= 32;
     if (whole_steps) {
@@ -55,8 +55,8 @@ inline uint64_t fold4(uint64_t h, const char* p, size_t n) noexcept {
 /// `hash_key`; the value on four chains, `fold4`). A torn READ mixes the bytes of two versions
 /// of a chunk: every word that differs goes through a full multiply of its chain, so the mix
 /// matches the trailer's checksum with a chance of about 2^-64, as with one chain.
-inline uint64_t checksum(uint64_t version, uint32_t flags, uint32_t exptime, std::string_view key,
-                         std::string_view value) noexcept {
+[[gnu::always_inline]] inline uint64_t checksum(uint64_t version, uint32_t flags, uint32_t exptime,
+                                                std::string_view key, std::string_view value) noexcept {
     using namespace hash_detail;
     uint64_t h = mix(version, m ^ (uint64_t(flags) << 32 | exptime));
     h = fold(mix(h ^ key.size(), m), key.data(), key.size());
@@ -96,7 +96,9 @@ enum class check {
 };
 
 /// Validates a record READ into `buf` (`len` bytes) as the value of `key`; fills `*out` on ok.
-inline check validate(const char* buf, size_t len, std::string_view key, view* out) noexcept {
+/// Always inlined, as `checksum`: they run in every cached GET's completion (no call).
+[[gnu::always_inline]] inline check validate(const char* buf, size_t len, std::string_view key,
+                                             view* out) noexcept {
     if (len < sizeof(item) + trailer_bytes) {
         return check::short_buf;
     }
