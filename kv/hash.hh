@@ -62,10 +62,10 @@ inline bool same_bytes(const char* a, const char* b, size_t n) noexcept {
     std::memcpy(&y, b + (a_last - a), 8);
     return x == y;
 }
-/// Folds `n` bytes at `p` into `h`, eight bytes per step (always inlined: a cached GET hashes
-/// and checks its key and record with it, and a call costs more than the loop in the guest).
-/// `readable_before`: the eight bytes before `p` may be read (the value does not depend on it; a tail then
-/// takes one load).
+/// Folds `n` bytes at `p` into `h`, eight bytes per step. `readable_before`: the eight bytes
+/// before `p` may be read (the value does not depend on it; a tail then takes one load). Always
+/// inlined: a cached GET hashes and checks its key and record with it, and in the guest a call
+/// costs more than the loop.
 [[gnu::always_inline]] inline uint64_t fold(uint64_t h, const char* p, size_t n,
                                             bool readable_before = false) noexcept {
     readable_before |= n >= 8;

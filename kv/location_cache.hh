@@ -26,7 +26,8 @@ struct record_location {
 /// Key → `record_location`, at most `limit` entries. When full, a new key evicts an entry the
 /// probe meets first (any victim: a wrong guess only costs the evicted key a control round
 /// trip). Deletion shifts the entries behind back into place (no tombstones), so lookups stay
-/// short however long the cache lives. Not thread-safe: one per client, on its shard.
+/// short however long the cache lives. The table doubles as entries come, up to the power of two
+/// at or above twice the limit (at most half full). Not thread-safe: one per client, on its shard.
 class location_cache {
 public:
     /// A cache of at most `limit` locations (0: nothing is ever cached).

@@ -18,7 +18,8 @@ struct rdma_client_options {
     /// READs); unset: the server's `rdma_server_config::inline_get_max`. Either way a value
     /// inline must fit one message.
     std::optional<uint32_t> inline_get_max;
-    /// Locations (of GET and PUT replies) kept per server for direct READs; 0: no cache.
+    /// Locations (of GET and PUT replies) kept per server for direct READs; 0: no cache. The
+    /// table grows with use to twice this many 64-byte slots at most (100,000: 16 MiB).
     size_t location_cache = 100000;
     /// READs of a location that fail validation before the value is fetched through the
     /// server again; after `read_retries` such rounds the GET fails.
