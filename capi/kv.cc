@@ -94,18 +94,25 @@ int check_blocking_key(shoal_kv* kv, const char* key, size_t key_size, const cha
     return rc != SHOAL_OK ? rc : check_key(key, key_size, what);
 }
 
-int store_status(kv::store_outcome outcome, const char* what) {
+/// A storage command's outcome as a status and, when it is not SHOAL_OK, the sentence saying
+/// why (named `what`).
+async_result<int> store_result(kv::store_outcome outcome, const char* what) {
     switch (outcome) {
     case kv::store_outcome::stored:
-        return SHOAL_OK;
+        return {};
     case kv::store_outcome::not_stored:
-        return fail(SHOAL_ENOTSTORED, std::string(what) + ": not stored");
+        return {SHOAL_ENOTSTORED, std::string(what) + ": not stored", 0};
     case kv::store_outcome::exists:
-        return fail(SHOAL_EEXISTS, std::string(what) + ": the value changed since it was read");
+        return {SHOAL_EEXISTS, std::string(what) + ": the value changed since it was read", 0};
     case kv::store_outcome::not_found:
-        return fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
+        return {SHOAL_ENOTFOUND, std::string(what) + ": no such key", 0};
     }
-    return fail(SHOAL_EINTERNAL, std::string(what) + ": unknown outcome");
+    return {SHOAL_EINTERNAL, std::string(what) + ": unknown outcome", 0};
+}
+
+int store_status(kv::store_outcome outcome, const char* what) {
+    async_result<int> r = store_result(outcome, what);
+    return r.status == SHOAL_OK ? int(SHOAL_OK) : fail(r.status, r.error);
 }
 
 /// `bytes` in memory the caller frees with shoal_free (at least one byte, so that an empty value
@@ -203,6 +210,106 @@ int found_or_not(shoal_kv* kv, const char* key, size_t key_size, const char* wha
         auto f = st.runtime().engine().submit(st.shard(), [&st, k, &call] { return call(st.client(), k); });
         return f.get() ? int(SHOAL_OK) : fail(SHOAL_ENOTFOUND, std::string(what) + ": no such key");
     });
+}
+
+/// The start every _async call about one key shares: the key checked, the callback given (else
+/// SHOAL_EINVAL, and it never runs), then `fn(state, key)` handed to the client's shard with
+/// `report` (see capi::start_async). The key is copied: the caller's may go once this returns.
+template <typename Fn, typename Report>
+int start_keyed_async(shoal_kv* kv, const char* key, size_t key_size, bool has_callback, const char* what,
+                      Fn fn, Report report) {
+    return guarded([&] {
+        if (int rc = check_key(key, key_size, what); rc != SHOAL_OK) {
+            return rc;
+        }
+        if (!has_callback) {
+            return fail(SHOAL_EINVAL, std::string(what) + ": NULL callback");
+        }
+        return start_async(
+            kv, what,
+            [k = std::string(key, key_size), fn = std::move(fn)](kv_state& st) { return fn(st, k); },
+            std::move(report));
+    });
+}
+
+/// `done(user, status, error)` of a call that yields no value.
+auto report_done(shoal_done_cb done, void* user) {
+    return [done, user](int status, const char* error, async_result<int>*) { done(user, status, error); };
+}
+
+/// A storage command without waiting: `done(user, status, error)` runs on the client's shard.
+int store_async(shoal_kv* kv, store_op op, const char* key, size_t key_size, const void* value, size_t size,
+                uint32_t flags, int64_t exptime, uint64_t cas_unique, shoal_done_cb done, void* user,
+                const char* what) {
+    if (!value && size) {
+        return guarded([&] { return fail(SHOAL_EINVAL, std::string(what) + ": NULL value"); });
+    }
+    return start_keyed_async(
+        kv, key, key_size, done != nullptr, what,
+        [v = std::string(static_cast<const char*>(value ? value : ""), size), op, flags, exptime, cas_unique,
+         what](kv_state& st, const std::string& k) {
+            return run_store(st.client(), op, k, v, flags, exptime, cas_unique)
+                .then([what](kv::store_outcome o) { return store_result(o, what); });
+        },
+        report_done(done, user));
+}
+
+/// A call about one key that says whether the key was there (`call(client, key)` resolves with
+/// that bool), without waiting: SHOAL_OK or SHOAL_ENOTFOUND to `done(user, status, error)`.
+template <typename Call>
+int found_async(shoal_kv* kv, const char* key, size_t key_size, shoal_done_cb done, void* user,
+                const char* what, Call call) {
+    return start_keyed_async(
+        kv, key, key_size, done != nullptr, what,
+        [call = std::move(call), what](kv_state& st, const std::string& k) {
+            return call(st.client(), k).then([what](bool found) {
+                return found ? async_result<int>{}
+                             : async_result<int>{SHOAL_ENOTFOUND, std::string(what) + ": no such key", 0};
+            });
+        },
+        report_done(done, user));
+}
+
+/// incr (`incr`) or decr without waiting: the counter's new value to `done`.
+int delta_async(shoal_kv* kv, bool incr, const char* key, size_t key_size, uint64_t delta,
+                shoal_kv_count_cb done, void* user, const char* what) {
+    return start_keyed_async(
+        kv, key, key_size, done != nullptr, what,
+        [incr, delta, what](kv_state& st, const std::string& k) {
+            return (incr ? st.client().incr(k, delta) : st.client().decr(k, delta))
+                .then([what](std::optional<uint64_t> n) {
+                    return n ? async_result<uint64_t>{SHOAL_OK, {}, *n}
+                             : async_result<uint64_t>{SHOAL_ENOTFOUND, std::string(what) + ": no such key",
+                                                      0};
+                });
+        },
+        [done, user](int status, const char* error, async_result<uint64_t>* r) {
+            done(user, status, status == SHOAL_OK && r ? r->value : 0, error);
+        });
+}
+
+/// A get (with `touch`: a gat) without waiting: the value, valid during the callback, to `done`.
+int get_async(shoal_kv* kv, const char* key, size_t key_size, std::optional<int64_t> touch,
+              shoal_kv_get_cb done, void* user, const char* what) {
+    return start_keyed_async(
+        kv, key, key_size, done != nullptr, what,
+        [touch, what](kv_state& st, const std::string& k) {
+            return (touch ? st.client().gat(k, *touch) : st.client().get(k))
+                .then([what](std::optional<kv::fetched_value> v) {
+                    if (!v) {
+                        return async_outcome{SHOAL_ENOTFOUND, std::string(what) + ": no such key", {}};
+                    }
+                    return async_outcome{SHOAL_OK, {}, std::move(*v)};
+                });
+        },
+        [done, user](int status, const char* error, async_outcome* result) {
+            if (status == SHOAL_OK && result) {
+                const auto& v = result->value;
+                done(user, status, v.data.data(), v.data.size(), v.flags, nullptr);
+            } else {
+                done(user, status, nullptr, 0, 0, error);
+            }
+        });
 }
 
 } // namespace
@@ -510,75 +617,68 @@ int shoal_kv_stats(shoal_kv* kv, size_t server, char** text, size_t* size) {
 
 int shoal_kv_set_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
                        uint32_t flags, int64_t exptime, shoal_done_cb done, void* user) {
-    return guarded([&] {
-        if (int rc = check_key(key, key_size, "shoal_kv_set_async"); rc != SHOAL_OK) {
-            return rc;
-        }
-        if (!done || (!value && size)) {
-            return fail(SHOAL_EINVAL, "shoal_kv_set_async: NULL callback or value");
-        }
-        std::string k(key, key_size);
-        std::string v(static_cast<const char*>(value ? value : ""), size);
-        return start_async(
-            kv, "shoal_kv_set_async",
-            [k = std::move(k), v = std::move(v), flags, exptime](kv_state& st) {
-                return st.client().set(k, v, flags, exptime).then([](kv::store_outcome o) {
-                    return o == kv::store_outcome::stored ? async_outcome{}
-                                                          : async_outcome{SHOAL_ENOTSTORED, "not stored", {}};
-                });
-            },
-            [done, user](int status, const char* error, async_outcome*) { done(user, status, error); });
-    });
+    return store_async(kv, store_op::set, key, key_size, value, size, flags, exptime, 0, done, user,
+                       "shoal_kv_set_async");
+}
+
+int shoal_kv_add_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                       uint32_t flags, int64_t exptime, shoal_done_cb done, void* user) {
+    return store_async(kv, store_op::add, key, key_size, value, size, flags, exptime, 0, done, user,
+                       "shoal_kv_add_async");
+}
+
+int shoal_kv_replace_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                           uint32_t flags, int64_t exptime, shoal_done_cb done, void* user) {
+    return store_async(kv, store_op::replace, key, key_size, value, size, flags, exptime, 0, done, user,
+                       "shoal_kv_replace_async");
+}
+
+int shoal_kv_append_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                          shoal_done_cb done, void* user) {
+    return store_async(kv, store_op::append, key, key_size, value, size, 0, 0, 0, done, user,
+                       "shoal_kv_append_async");
+}
+
+int shoal_kv_prepend_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                           shoal_done_cb done, void* user) {
+    return store_async(kv, store_op::prepend, key, key_size, value, size, 0, 0, 0, done, user,
+                       "shoal_kv_prepend_async");
+}
+
+int shoal_kv_cas_async(shoal_kv* kv, const char* key, size_t key_size, const void* value, size_t size,
+                       uint32_t flags, int64_t exptime, uint64_t cas_unique, shoal_done_cb done, void* user) {
+    return store_async(kv, store_op::cas, key, key_size, value, size, flags, exptime, cas_unique, done, user,
+                       "shoal_kv_cas_async");
 }
 
 int shoal_kv_get_async(shoal_kv* kv, const char* key, size_t key_size, shoal_kv_get_cb done, void* user) {
-    return guarded([&] {
-        if (int rc = check_key(key, key_size, "shoal_kv_get_async"); rc != SHOAL_OK) {
-            return rc;
-        }
-        if (!done) {
-            return fail(SHOAL_EINVAL, "shoal_kv_get_async: NULL callback");
-        }
-        std::string k(key, key_size);
-        return start_async(
-            kv, "shoal_kv_get_async",
-            [k = std::move(k)](kv_state& st) {
-                return st.client().get(k).then([](std::optional<kv::fetched_value> v) {
-                    if (!v) {
-                        return async_outcome{SHOAL_ENOTFOUND, "no such key", {}};
-                    }
-                    return async_outcome{SHOAL_OK, {}, std::move(*v)};
-                });
-            },
-            [done, user](int status, const char* error, async_outcome* result) {
-                if (status == SHOAL_OK && result) {
-                    const auto& v = result->value;
-                    done(user, status, v.data.data(), v.data.size(), v.flags, nullptr);
-                } else {
-                    done(user, status, nullptr, 0, 0, error);
-                }
-            });
-    });
+    return get_async(kv, key, key_size, std::nullopt, done, user, "shoal_kv_get_async");
 }
 
 int shoal_kv_delete_async(shoal_kv* kv, const char* key, size_t key_size, shoal_done_cb done, void* user) {
-    return guarded([&] {
-        if (int rc = check_key(key, key_size, "shoal_kv_delete_async"); rc != SHOAL_OK) {
-            return rc;
-        }
-        if (!done) {
-            return fail(SHOAL_EINVAL, "shoal_kv_delete_async: NULL callback");
-        }
-        std::string k(key, key_size);
-        return start_async(
-            kv, "shoal_kv_delete_async",
-            [k = std::move(k)](kv_state& st) {
-                return st.client().remove(k).then([](bool existed) {
-                    return existed ? async_outcome{} : async_outcome{SHOAL_ENOTFOUND, "no such key", {}};
-                });
-            },
-            [done, user](int status, const char* error, async_outcome*) { done(user, status, error); });
-    });
+    return found_async(kv, key, key_size, done, user, "shoal_kv_delete_async",
+                       [](kv::client& c, std::string_view k) { return c.remove(k); });
+}
+
+int shoal_kv_touch_async(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime, shoal_done_cb done,
+                         void* user) {
+    return found_async(kv, key, key_size, done, user, "shoal_kv_touch_async",
+                       [exptime](kv::client& c, std::string_view k) { return c.touch(k, exptime); });
+}
+
+int shoal_kv_incr_async(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta,
+                        shoal_kv_count_cb done, void* user) {
+    return delta_async(kv, true, key, key_size, delta, done, user, "shoal_kv_incr_async");
+}
+
+int shoal_kv_decr_async(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta,
+                        shoal_kv_count_cb done, void* user) {
+    return delta_async(kv, false, key, key_size, delta, done, user, "shoal_kv_decr_async");
+}
+
+int shoal_kv_gat_async(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime, shoal_kv_get_cb done,
+                       void* user) {
+    return get_async(kv, key, key_size, exptime, done, user, "shoal_kv_gat_async");
 }
 
 } // extern "C"

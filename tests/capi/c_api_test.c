@@ -422,6 +422,125 @@ static void test_async(shoal_kv* kv) {
     CHECK_RC(shoal_kv_get_async(kv, "k", 1, NULL, &w), SHOAL_EINVAL);
 }
 
+/* One _async call's outcome, waited for: its status, whether an error text came with a failure
+ * (and none with success), and a counter or a value. */
+struct outcome {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int done, status, error_fits;
+    uint64_t count;
+    char value[64];
+    size_t size;
+    uint32_t flags;
+};
+
+static void outcome_set(struct outcome* o, int status, const char* error) {
+    pthread_mutex_lock(&o->mutex);
+    o->status = status;
+    o->error_fits = (status == SHOAL_OK) == (error == NULL);
+    o->done = 1;
+    pthread_cond_signal(&o->cond);
+    pthread_mutex_unlock(&o->mutex);
+}
+
+static void on_outcome(void* user, int status, const char* error) {
+    outcome_set(user, status, error);
+}
+
+static void on_count(void* user, int status, uint64_t value, const char* error) {
+    struct outcome* o = user;
+    o->count = value; /* read after `done`, under the mutex */
+    outcome_set(o, status, error);
+}
+
+static void on_value(void* user, int status, const void* value, size_t size, uint32_t flags,
+                     const char* error) {
+    struct outcome* o = user;
+    o->size = size;
+    o->flags = flags;
+    if (value && size <= sizeof o->value) {
+        memcpy(o->value, value, size);
+    }
+    outcome_set(o, status, error);
+}
+
+/* Waits for the call started with `rc` (SHOAL_OK: handed over) and returns its status; -1 when it
+ * was not handed over or did not complete in 30 s. Resets `o` for the next call. */
+static int await_outcome(struct outcome* o, int rc) {
+    if (rc != SHOAL_OK) {
+        return -1;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 30;
+    pthread_mutex_lock(&o->mutex);
+    while (!o->done && pthread_cond_timedwait(&o->cond, &o->mutex, &deadline) == 0) {
+    }
+    int status = o->done && o->error_fits ? o->status : -1;
+    o->done = 0;
+    pthread_mutex_unlock(&o->mutex);
+    return status;
+}
+
+/* The _async forms of the conditional stores, touch, incr/decr and gat (minor 9): the same
+ * outcomes as their blocking forms, delivered to the callback. */
+static void test_conditional_async(shoal_kv* kv) {
+    struct outcome o = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, "", 0, 0};
+    char out[64];
+    size_t size = 0;
+    uint32_t flags = 0;
+    uint64_t unique = 0, value = 0;
+    shoal_kv_delete(kv, "c-async", 7);
+    CHECK(await_outcome(&o, shoal_kv_replace_async(kv, "c-async", 7, "x", 1, 0, 0, on_outcome, &o)) ==
+          SHOAL_ENOTSTORED);
+    CHECK(await_outcome(&o, shoal_kv_append_async(kv, "c-async", 7, "x", 1, on_outcome, &o)) ==
+          SHOAL_ENOTSTORED);
+    CHECK(await_outcome(&o, shoal_kv_prepend_async(kv, "c-async", 7, "x", 1, on_outcome, &o)) ==
+          SHOAL_ENOTSTORED);
+    CHECK(await_outcome(&o, shoal_kv_touch_async(kv, "c-async", 7, 60, on_outcome, &o)) == SHOAL_ENOTFOUND);
+    CHECK(await_outcome(&o, shoal_kv_gat_async(kv, "c-async", 7, 60, on_value, &o)) == SHOAL_ENOTFOUND);
+    CHECK(await_outcome(&o, shoal_kv_add_async(kv, "c-async", 7, "mid", 3, 5, 0, on_outcome, &o)) ==
+          SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_add_async(kv, "c-async", 7, "again", 5, 5, 0, on_outcome, &o)) ==
+          SHOAL_ENOTSTORED);
+    CHECK(await_outcome(&o, shoal_kv_replace_async(kv, "c-async", 7, "MID", 3, 9, 0, on_outcome, &o)) ==
+          SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_append_async(kv, "c-async", 7, ">>", 2, on_outcome, &o)) == SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_prepend_async(kv, "c-async", 7, "<<", 2, on_outcome, &o)) == SHOAL_OK);
+    CHECK_RC(shoal_kv_gets(kv, "c-async", 7, out, sizeof out, &size, &flags, &unique), SHOAL_OK);
+    CHECK(size == 7 && memcmp(out, "<<MID>>", 7) == 0 && flags == 9);
+    /* cas: refused with a unique the value has moved past, stored with the current one. */
+    CHECK(await_outcome(&o, shoal_kv_cas_async(kv, "c-async", 7, "two", 3, 2, 0, unique + 1, on_outcome,
+                                               &o)) == SHOAL_EEXISTS);
+    CHECK(await_outcome(&o, shoal_kv_cas_async(kv, "c-async", 7, "one", 3, 1, 0, unique, on_outcome, &o)) ==
+          SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_touch_async(kv, "c-async", 7, 3600, on_outcome, &o)) == SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_gat_async(kv, "c-async", 7, 3600, on_value, &o)) == SHOAL_OK);
+    CHECK(o.size == 3 && memcmp(o.value, "one", 3) == 0 && o.flags == 1);
+    /* incr and decr: the new value to the callback; decr stops at 0; a missing key. */
+    CHECK_RC(shoal_kv_set(kv, "c-async", 7, "10", 2, 0, 0), SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_incr_async(kv, "c-async", 7, 5, on_count, &o)) == SHOAL_OK);
+    CHECK(o.count == 15);
+    CHECK(await_outcome(&o, shoal_kv_decr_async(kv, "c-async", 7, 20, on_count, &o)) == SHOAL_OK);
+    CHECK(o.count == 0);
+    CHECK_RC(shoal_kv_incr(kv, "c-async", 7, 0, &value), SHOAL_OK);
+    CHECK(value == 0);
+    CHECK_RC(shoal_kv_delete(kv, "c-async", 7), SHOAL_OK);
+    CHECK(await_outcome(&o, shoal_kv_incr_async(kv, "c-async", 7, 1, on_count, &o)) == SHOAL_ENOTFOUND);
+    CHECK(o.count == 0);
+    /* cas of a key that is gone. */
+    CHECK(await_outcome(&o, shoal_kv_cas_async(kv, "c-async", 7, "x", 1, 0, 0, unique, on_outcome, &o)) ==
+          SHOAL_ENOTFOUND);
+    /* Bad arguments are refused at the call, and the callback never runs. */
+    CHECK_RC(shoal_kv_add_async(kv, "bad key", 7, "x", 1, 0, 0, on_outcome, &o), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_append_async(kv, "c-async", 7, NULL, 1, on_outcome, &o), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_cas_async(kv, "c-async", 7, "x", 1, 0, 0, 1, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_touch_async(NULL, "c-async", 7, 1, on_outcome, &o), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_incr_async(kv, "c-async", 7, 1, NULL, NULL), SHOAL_EINVAL);
+    CHECK_RC(shoal_kv_gat_async(kv, "", 0, 1, on_value, &o), SHOAL_EINVAL);
+    CHECK(o.done == 0);
+}
+
 /* Several host threads share one client. */
 struct worker {
     shoal_kv* kv;
@@ -1502,6 +1621,7 @@ int main(void) {
         lap("test_kv_buffers");
     }
     test_conditional_stores(kv);
+    test_conditional_async(kv);
     lap("test_conditional_stores");
     test_stats(kv);
     lap("test_stats");

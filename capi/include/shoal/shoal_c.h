@@ -28,7 +28,7 @@ extern "C" {
 
 /** Version of this header; shoal_version() tells the library's. */
 #define SHOAL_C_VERSION_MAJOR 0
-#define SHOAL_C_VERSION_MINOR 8
+#define SHOAL_C_VERSION_MINOR 9
 
 /** Outcome of a call. */
 typedef enum shoal_status {
@@ -215,6 +215,43 @@ SHOAL_C_API int shoal_kv_get_async(shoal_kv* kv, const char* key, size_t key_siz
 /** shoal_kv_delete without waiting (see shoal_kv_set_async). */
 SHOAL_C_API int shoal_kv_delete_async(shoal_kv* kv, const char* key, size_t key_size, shoal_done_cb done,
                                       void* user);
+/** shoal_kv_add without waiting (see shoal_kv_set_async): SHOAL_ENOTSTORED to `done` when the key
+ *  exists. Since minor 9, as the other _async forms below. */
+SHOAL_C_API int shoal_kv_add_async(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                   size_t size, uint32_t flags, int64_t exptime, shoal_done_cb done,
+                                   void* user);
+/** shoal_kv_replace without waiting: SHOAL_ENOTSTORED to `done` when the key is missing. */
+SHOAL_C_API int shoal_kv_replace_async(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                       size_t size, uint32_t flags, int64_t exptime, shoal_done_cb done,
+                                       void* user);
+/** shoal_kv_append without waiting: SHOAL_ENOTSTORED to `done` when the key is missing. */
+SHOAL_C_API int shoal_kv_append_async(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                      size_t size, shoal_done_cb done, void* user);
+/** shoal_kv_prepend without waiting: SHOAL_ENOTSTORED to `done` when the key is missing. */
+SHOAL_C_API int shoal_kv_prepend_async(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                       size_t size, shoal_done_cb done, void* user);
+/** shoal_kv_cas without waiting: SHOAL_EEXISTS to `done` when the value changed since it was read,
+ *  SHOAL_ENOTFOUND when the key is gone. */
+SHOAL_C_API int shoal_kv_cas_async(shoal_kv* kv, const char* key, size_t key_size, const void* value,
+                                   size_t size, uint32_t flags, int64_t exptime, uint64_t cas_unique,
+                                   shoal_done_cb done, void* user);
+/** shoal_kv_touch without waiting: SHOAL_ENOTFOUND to `done` when the key is missing. */
+SHOAL_C_API int shoal_kv_touch_async(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime,
+                                     shoal_done_cb done, void* user);
+/** Completion of shoal_kv_incr_async / shoal_kv_decr_async: on SHOAL_OK `value` is the counter's
+ *  new value (0 otherwise); `error` as shoal_done_cb's. Since minor 9. */
+typedef void (*shoal_kv_count_cb)(void* user, int status, uint64_t value, const char* error);
+/** shoal_kv_incr without waiting: SHOAL_ENOTFOUND to `done` when the key is missing, an error
+ *  when its value is not a number. */
+SHOAL_C_API int shoal_kv_incr_async(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta,
+                                    shoal_kv_count_cb done, void* user);
+/** shoal_kv_decr without waiting (as shoal_kv_incr_async; it stops at 0). */
+SHOAL_C_API int shoal_kv_decr_async(shoal_kv* kv, const char* key, size_t key_size, uint64_t delta,
+                                    shoal_kv_count_cb done, void* user);
+/** shoal_kv_gat without waiting: the value, given its new exptime, to `done` as
+ *  shoal_kv_get_async's. */
+SHOAL_C_API int shoal_kv_gat_async(shoal_kv* kv, const char* key, size_t key_size, int64_t exptime,
+                                   shoal_kv_get_cb done, void* user);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Registered buffers: memory of a shard's registered RDMA pool, usable without a copy by the */
