@@ -39,17 +39,8 @@ public:
         if (_size == 0) {
             return nullptr;
         }
-        const uint64_t h = hash_key(key);
-        for (size_t i = h & _mask;; i = (i + 1) & _mask) {
-            const slot& s = _slots[i];
-            if (s.key.empty()) {
-                return nullptr;
-            }
-            if (s.hash == h && s.key.size() == key.size() &&
-                hash_detail::same_bytes(s.key.data(), key.data(), key.size())) {
-                return &s.loc;
-            }
-        }
+        const slot& s = _slots[probe(key, hash_key(key))];
+        return s.key.empty() ? nullptr : &s.loc;
     }
 
     /// Sets the location of `key` (non-empty), evicting another key's when the cache is full.
@@ -57,35 +48,24 @@ public:
         if (_limit == 0 || key.empty()) {
             return;
         }
+        if ((_slots.empty() || (_size + 1) * 2 > _slots.size()) && _size < _limit) {
+            grow();
+        }
         const uint64_t h = hash_key(key);
-        if (_slots.empty() || (_size + 1) * 2 > _slots.size()) {
-            if (_size < _limit) {
-                grow();
-            }
-        }
-        size_t i = h & _mask;
-        for (;; i = (i + 1) & _mask) {
-            slot& s = _slots[i];
-            if (s.key.empty()) {
-                break;
-            }
-            if (s.hash == h && s.key == key) {
-                s.loc = loc;
-                return;
-            }
-        }
-        if (_size >= _limit) {
-            // The first entry after the key's home slot goes (the home is taken when the table
-            // is full: at least one entry sits between it and the free slot found).
+        size_t i = probe(key, h);
+        if (_slots[i].key.empty() && _size >= _limit) {
+            // Full: the first entry from the key's home slot on goes (any victim), and the probe
+            // runs again, as the shift may have moved the free slot.
             erase_at(first_used_from(h & _mask));
-            put(key, loc); // the free slot may have moved
-            return;
+            i = probe(key, h);
         }
         slot& s = _slots[i];
-        s.hash = h;
-        s.key.assign(key.data(), key.size());
+        if (s.key.empty()) {
+            s.hash = h;
+            s.key.assign(key.data(), key.size());
+            ++_size;
+        }
         s.loc = loc;
-        ++_size;
     }
 
     /// Forgets `key`'s location (none: nothing happens).
@@ -93,16 +73,9 @@ public:
         if (_size == 0) {
             return;
         }
-        const uint64_t h = hash_key(key);
-        for (size_t i = h & _mask;; i = (i + 1) & _mask) {
-            const slot& s = _slots[i];
-            if (s.key.empty()) {
-                return;
-            }
-            if (s.hash == h && s.key == key) {
-                erase_at(i);
-                return;
-            }
+        const size_t i = probe(key, hash_key(key));
+        if (!_slots[i].key.empty()) {
+            erase_at(i);
         }
     }
 
@@ -126,6 +99,19 @@ private:
         std::string key;
         record_location loc;
     };
+
+    /// The slot holding `key` (hash `h`), else the free slot where its probe ends (the table is
+    /// never full, so there is one).
+    [[gnu::always_inline]] size_t probe(std::string_view key, uint64_t h) const noexcept {
+        size_t i = h & _mask;
+        for (;; i = (i + 1) & _mask) {
+            const slot& s = _slots[i];
+            if (s.key.empty() || (s.hash == h && s.key.size() == key.size() &&
+                                  hash_detail::same_bytes(s.key.data(), key.data(), key.size()))) {
+                return i;
+            }
+        }
+    }
 
     size_t first_used_from(size_t i) const noexcept {
         while (_slots[i].key.empty()) {
