@@ -117,6 +117,16 @@ void execute_mg(const request& r, uint64_t h, store& s, std::string& out) {
     }
 }
 
+/// A storage request whose block was skipped (too large, or no memory for it), counted and
+/// answered as memcached does (a failed set unlinks the old value); `stored` when it was not.
+store_result refused(const request& r, uint64_t h, store& s, store_mode mode) noexcept {
+    if (r.too_large || r.no_memory) {
+        return s.reject(r.key, h, mode == store_mode::set,
+                        r.too_large ? store_result::too_large : store_result::no_memory);
+    }
+    return store_result::stored;
+}
+
 void execute_ms(const request& r, uint64_t h, store& s, std::string& out) {
     store_mode mode = store_mode::set;
     switch (r.mode) {
@@ -139,9 +149,10 @@ void execute_ms(const request& r, uint64_t h, store& s, std::string& out) {
         mode = store_mode::cas;
     }
     uint64_t cas = 0;
-    store_result res = r.too_large ? s.reject_too_large(r.key, h, mode == store_mode::set)
-                                   : s.put(mode, r.key, h, r.client_flags, r.has_ttl ? r.exptime : 0, r.value,
-                                           r.cas_unique, &cas);
+    store_result res = refused(r, h, s, mode);
+    if (res == store_result::stored) {
+        res = s.put(mode, r.key, h, r.client_flags, r.has_ttl ? r.exptime : 0, r.value, r.cas_unique, &cas);
+    }
     switch (res) {
     case store_result::stored:
         if (r.noreply) {
@@ -270,10 +281,8 @@ store_mode mode_of(command c) {
     }
 }
 
-void execute_storage(const request& r, uint64_t h, store& s, std::string& out) {
-    store_result res =
-        r.too_large ? s.reject_too_large(r.key, h, r.cmd == command::set)
-                    : s.put(mode_of(r.cmd), r.key, h, r.client_flags, r.exptime, r.value, r.cas_unique);
+/// Appends memcached's reply to classic storage request `r` that ended as `res`.
+void append_storage_reply(const request& r, store_result res, std::string& out) {
     if (r.noreply) {
         return;
     }
@@ -297,6 +306,15 @@ void execute_storage(const request& r, uint64_t h, store& s, std::string& out) {
         out += "SERVER_ERROR out of memory storing object\r\n";
         break;
     }
+}
+
+void execute_storage(const request& r, uint64_t h, store& s, std::string& out) {
+    store_mode mode = mode_of(r.cmd);
+    store_result res = refused(r, h, s, mode);
+    if (res == store_result::stored) {
+        res = s.put(mode, r.key, h, r.client_flags, r.exptime, r.value, r.cas_unique);
+    }
+    append_storage_reply(r, res, out);
 }
 
 } // namespace
@@ -397,6 +415,15 @@ void execute_key_command(const request& r, uint64_t h, store& s, std::string& ou
     default:
         return;
     }
+}
+
+bool links_landed_value(const request& r) noexcept {
+    return r.cmd == command::set || r.cmd == command::add || r.cmd == command::replace ||
+           r.cmd == command::cas;
+}
+
+void execute_landed_storage(const request& r, uint64_t h, item* landed, store& s, std::string& out) {
+    append_storage_reply(r, s.commit(mode_of(r.cmd), landed, h, r.cas_unique, nullptr), out);
 }
 
 } // namespace shoal::kv

@@ -40,10 +40,11 @@ struct item {
     static size_t chunk_bytes(size_t key_len, size_t value_len) noexcept {
         return sizeof(item) + key_len + value_len;
     }
-    /// The size memcached accounts for an item (its header with CAS, key + NUL, value + CRLF):
-    /// the `bytes` statistic and the max-item-size check use it, so both match memcached's.
+    /// The size memcached accounts for an item (its 48-byte header and the 8-byte CAS unique,
+    /// key + NUL, value + CRLF): the `bytes` statistic and the max-item-size check use it, so
+    /// both match memcached's to the byte.
     static uint64_t memcached_size(size_t key_len, size_t value_len) noexcept {
-        return 48 + key_len + 1 + value_len + 2;
+        return 56 + key_len + 1 + value_len + 2;
     }
 };
 

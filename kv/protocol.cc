@@ -19,7 +19,7 @@ namespace {
 
 constexpr std::string_view r_error = "ERROR\r\n";
 constexpr std::string_view r_bad_format = "CLIENT_ERROR bad command line format\r\n";
-constexpr std::string_view r_bad_chunk = "CLIENT_ERROR bad data chunk\r\n";
+constexpr std::string_view r_bad_chunk = bad_data_chunk_reply;
 constexpr std::string_view r_bad_exptime = "CLIENT_ERROR invalid exptime argument\r\n";
 constexpr std::string_view r_bad_delta = "CLIENT_ERROR invalid numeric delta argument\r\n";
 constexpr std::string_view r_delete_usage =
@@ -34,7 +34,14 @@ constexpr std::string_view r_ma_mode = "CLIENT_ERROR invalid mode for ma M token
 constexpr std::string_view r_m_length = "CLIENT_ERROR incorrect length for M token\r\n";
 constexpr std::string_view r_bad_initial = "CLIENT_ERROR invalid numeric initial value\r\n";
 constexpr std::string_view r_bad_delta_value = "CLIENT_ERROR invalid numeric delta value\r\n";
+constexpr std::string_view r_opaque_too_long = "CLIENT_ERROR opaque token too long\r\n";
 constexpr std::string_view r_nothing = "";
+
+/// memcached's longest `O` token, the flag character included.
+constexpr size_t max_opaque_token = 32;
+
+/// memcached's first byte of a binary-protocol request.
+constexpr char binary_request_magic = char(0x80);
 
 /// memcached's MAX_TOKENS: a line splits into at most this many tokens (the last one being
 /// the terminal marker), the remainder stays unsplit.
@@ -193,7 +200,9 @@ parse_result data_block(std::string_view in, size_t line_end, request& out, int3
     }
     size_t need = line_end + size_t(vlen) + 2;
     if (in.size() < need) {
-        return parse_result{};
+        parse_result r;
+        r.value_at = line_end;
+        return r;
     }
     if (in[need - 2] != '\r' || in[need - 1] != '\n') {
         return reply_unless(noreply, r_bad_chunk, need);
@@ -306,6 +315,9 @@ std::string_view parse_meta_flags(const tokens& t, size_t start, request& out, s
         case 'I':
             break;
         case 'O':
+            if (tok.size() > max_opaque_token) {
+                return r_opaque_too_long;
+            }
             out.opaque = tok;
             out.returns[out.return_count++] = 'O';
             break;
@@ -361,6 +373,11 @@ std::string_view parse_meta_flags(const tokens& t, size_t start, request& out, s
     return err;
 }
 
+/// md and ma answer every flag error with one text, except an opaque token too long.
+std::string_view md_ma_error(std::string_view err) noexcept {
+    return err == r_opaque_too_long ? err : r_ma_flags;
+}
+
 parse_result parse_meta(std::string_view in, size_t line_end, const tokens& t, request& out,
                         const parser_limits& limits) {
     char which = t.tok[0][1];
@@ -387,13 +404,13 @@ parse_result parse_meta(std::string_view in, size_t line_end, const tokens& t, r
     case 'd': {
         out.cmd = command::md;
         auto err = parse_meta_flags(t, 2, out, r_bad_format);
-        return err.empty() ? ready(line_end) : reply(r_bad_format, line_end);
+        return err.empty() ? ready(line_end) : reply(md_ma_error(err), line_end);
     }
     case 'a': {
         out.cmd = command::ma;
         out.mode = 'I';
-        if (!parse_meta_flags(t, 2, out, r_bad_format).empty()) {
-            return reply(r_ma_flags, line_end);
+        if (auto err = parse_meta_flags(t, 2, out, r_bad_format); !err.empty()) {
+            return reply(md_ma_error(err), line_end);
         }
         switch (out.mode) {
         case 'I':
@@ -457,10 +474,21 @@ parse_result parse_meta(std::string_view in, size_t line_end, const tokens& t, r
     return data_block(in, line_end, out, vlen, limits, false);
 }
 
+parse_result close_connection() noexcept {
+    parse_result r;
+    r.kind = parse_result::close;
+    return r;
+}
+
 } // namespace
 
 parse_result parse_request(std::string_view in, request& out, const parser_limits& limits) {
     out.reset();
+    if (!in.empty() && in[0] == binary_request_magic) {
+        // A binary-protocol client: without binary support no reply can be framed for it, and
+        // waiting for a line end would hang it. Closing tells it at once.
+        return close_connection();
+    }
     size_t nl = in.find('\n');
     if (nl == std::string_view::npos) {
         if (in.size() <= limits.max_line) {
@@ -473,9 +501,7 @@ parse_result parse_request(std::string_view in, request& out, const parser_limit
         if (is_get_line && in.size() <= limits.max_get_line) {
             return parse_result{};
         }
-        parse_result r;
-        r.kind = parse_result::close;
-        return r;
+        return close_connection();
     }
     size_t line_end = nl + 1;
     std::string_view line = in.substr(0, nl);
@@ -616,6 +642,9 @@ parse_result parse_request(std::string_view in, request& out, const parser_limit
     if (c == "quit") {
         out.cmd = command::quit;
         return ready(line_end);
+    }
+    if (t.tok[t.count - 1].substr(0, 5) == "HTTP/") {
+        return close_connection(); // an HTTP request line: memcached hangs up on it too
     }
     return reply(r_error, line_end);
 }

@@ -53,6 +53,7 @@ struct request {
     command cmd = command::none;
     bool noreply = false;   ///< `noreply` (classic) or the meta `q` flag
     bool too_large = false; ///< storage command whose data block is skipped (too large)
+    bool no_memory = false; ///< storage command refused for want of memory (block skipped)
     uint32_t client_flags = 0;
     int64_t exptime = 0;                ///< also gat's and meta T's ttl
     uint64_t cas_unique = 0;            ///< `cas`'s unique; meta `C`
@@ -103,7 +104,14 @@ struct parse_result {
     /// swallows: too large, or following a bad meta command).
     uint64_t skip = 0;
     std::string_view text; ///< `reply`: the reply, CRLF included (static storage)
+    /// `incomplete` storage request whose line is complete: where its data block starts (the
+    /// line is parsed into the request, whose `data_len` says the block's size without its
+    /// CRLF). 0 otherwise. A server may take the block as it arrives instead of buffering it.
+    size_t value_at = 0;
 };
+
+/// memcached's reply to a data block that does not end in CRLF.
+constexpr std::string_view bad_data_chunk_reply = "CLIENT_ERROR bad data chunk\r\n";
 
 /// Parses the request at the front of `in` into `out` the way memcached 1.6 does: the line
 /// (ending in LF or CRLF, cut at a NUL), its tokens, numbers with memcached's strtol/strtoul

@@ -8,7 +8,9 @@
 #include "kv/item_buffer.hh"
 
 #include <algorithm>
+#include <cstring>
 #include <ctime>
+#include <stdexcept>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -30,6 +32,45 @@ std::unique_ptr<page_source> make_pages(const server_config& cfg) {
 uint32_t unix_now() {
     return uint32_t(::time(nullptr));
 }
+
+/// memcached's idle_timeout for one connection: a read that waits longer than the timeout
+/// since the connection's last activity is aborted. One timer per connection, re-armed at most
+/// once per timeout period (not per read).
+class idle_watch {
+public:
+    explicit idle_watch(std::chrono::seconds timeout)
+        : _timeout(timeout) {
+        if (enabled()) {
+            _timer.set_callback([this] { check(); });
+            _timer.arm(_timeout);
+        }
+    }
+    /// True when the connection has an idle timeout.
+    bool enabled() const noexcept { return _timeout.count() > 0; }
+    /// What a read waits with.
+    abort_source& source() noexcept { return _as; }
+    /// The connection did something now.
+    void active() noexcept {
+        if (enabled()) {
+            _last = steady_clock_type::now();
+        }
+    }
+
+private:
+    void check() {
+        auto idle_for = steady_clock_type::now() - _last;
+        if (idle_for >= _timeout) {
+            _as.request_abort_ex(std::runtime_error("idle timeout"));
+        } else {
+            _timer.arm(_timeout - idle_for);
+        }
+    }
+
+    std::chrono::seconds _timeout;
+    steady_clock_type::time_point _last = steady_clock_type::now();
+    abort_source _as;
+    timer<> _timer;
+};
 
 /// Keys of a multi-get handled per round: bounds the replies a connection holds at once.
 constexpr size_t get_batch = 16;
@@ -330,6 +371,7 @@ future<> server::serve(net::connected_socket s) {
     ++_conn.total_connections;
     auto in = s.input();
     auto out = s.output();
+    idle_watch idle(_cfg.idle_timeout);
     std::string pending; // unparsed bytes kept across reads (a request split by the network)
     reply_batch reply;   // replies of the current batch: one write, one send
     request req;
@@ -337,10 +379,17 @@ future<> server::serve(net::connected_socket s) {
     bool closing = false;
     try {
         while (!closing) {
-            net::temporary_buffer b = co_await in.read();
+            // (Two statements: GCC 12 mishandles co_await on a conditional of two futures.)
+            net::temporary_buffer b;
+            if (idle.enabled()) {
+                b = co_await in.read(idle.source());
+            } else {
+                b = co_await in.read();
+            }
             if (b.empty()) {
                 break;
             }
+            idle.active();
             _conn.bytes_read += b.size();
             auto received = steady_clock_type::now();
             std::string_view data = b.view();
@@ -357,6 +406,15 @@ future<> server::serve(net::connected_socket s) {
             while (pos < data.size() && !closing) {
                 parse_result pr = parse_request(data.substr(pos), req, _cfg.limits);
                 if (pr.kind == parse_result::incomplete) {
+                    if (pr.value_at && req.data_len >= _cfg.stream_value_min) {
+                        // A large value on its way: it lands in store memory, not in `pending`.
+                        skip = co_await take_value(in, idle.enabled() ? &idle.source() : nullptr, req,
+                                                   data.substr(pos + pr.value_at), reply);
+                        pos = data.size();
+                        if (req.no_memory && !try_local(req, reply, closing)) {
+                            co_await handle_remote(req, reply, out);
+                        }
+                    }
                     break;
                 }
                 if (pr.kind == parse_result::close) {
@@ -393,9 +451,120 @@ future<> server::serve(net::connected_socket s) {
         }
         co_await out.close();
     } catch (...) {
+        if (idle.enabled() && idle.source().abort_requested()) {
+            ++_conn.idle_kicks;
+        }
         kv_log.debug("connection from {} ended: {}", s.peer_address().to_string(), std::current_exception());
     }
     --_conn.curr_connections;
+}
+
+future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, request& r,
+                                    std::string_view first, reply_batch& reply) {
+    uint64_t h = hash_key(r.key);
+    unsigned owner = shard_of(h, shard_count());
+    const size_t len = size_t(r.data_len);
+    const bool in_place = links_landed_value(r);
+    auto reserve = [&r, len, in_place](server& s) -> item* {
+        // Values in flight may hold at most half of the store (or one largest item): the rest
+        // stays for the others.
+        size_t cap = std::max(s._store.memory_limit() / 2, s._store.max_item_size());
+        if (s._conn.landing_bytes + len > cap) {
+            return nullptr;
+        }
+        store_result why = store_result::stored;
+        item* it = in_place ? s._store.reserve(r.key, r.client_flags, r.exptime, len, &why)
+                            : s._store.reserve(r.key, 0, 0, len, &why);
+        s._conn.landing_bytes += it ? len : 0;
+        return it;
+    };
+    item* landing = owner == this_shard_id() ? reserve(*this) : co_await _peers->invoke_on(owner, reserve);
+    if (!landing) {
+        r.no_memory = true;
+        co_return uint64_t(len) + 2 - first.size();
+    }
+    ++_values_landing;
+    // Ends the reservation on the owner; `linked` when execute_landed_storage already did.
+    auto give_back = [this, owner, landing, len](bool linked) -> future<> {
+        --_values_landing;
+        auto release = [landing, len, linked](server& s) {
+            s._conn.landing_bytes -= len;
+            if (!linked) {
+                s._store.abandon(landing);
+            }
+        };
+        if (owner == this_shard_id()) {
+            release(*this);
+            return make_ready_future<>();
+        }
+        return _peers->invoke_on(owner, release);
+    };
+    // The bytes go into the reserved item as they come: the key's store accounts for them and
+    // nobody else touches the item until it is handed back to its shard below.
+    char* dst = landing->value_data();
+    char crlf[2] = {};
+    size_t got = 0;
+    // Copies the block's next bytes from `bytes`; returns how many it took.
+    auto absorb = [&](std::string_view bytes) {
+        size_t n = std::min(bytes.size(), len - std::min(got, len));
+        std::memcpy(dst + got, bytes.data(), n);
+        got += n;
+        for (; n < bytes.size() && got < len + 2; ++n, ++got) {
+            crlf[got - len] = bytes[n];
+        }
+        return n;
+    };
+    absorb(first);
+    std::exception_ptr failed;
+    try {
+        while (got < len + 2) {
+            net::temporary_buffer b;
+            if (as) {
+                b = co_await in.read(*as);
+            } else {
+                b = co_await in.read();
+            }
+            if (b.empty()) {
+                throw std::runtime_error("connection closed in the middle of a value");
+            }
+            _conn.bytes_read += b.size();
+            b.trim_front(absorb(b.view()));
+            if (!b.empty()) {
+                in.unread(std::move(b));
+            }
+        }
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    if (failed || crlf[0] != '\r' || crlf[1] != '\n') {
+        co_await give_back(false);
+        if (failed) {
+            std::rethrow_exception(failed);
+        }
+        if (!r.noreply || r.cmd == command::ms) {
+            reply.text() += bad_data_chunk_reply;
+        }
+        co_return 0;
+    }
+    r.value = std::string_view(dst, len);
+    auto execute = [&r, h, landing, in_place](server& s, std::string& part) {
+        if (in_place) {
+            execute_landed_storage(r, h, landing, s._store, part);
+        } else {
+            execute_key_command(r, h, s._store, part);
+        }
+    };
+    if (owner == this_shard_id()) {
+        execute(*this, reply.text());
+    } else {
+        reply.text() += co_await _peers->invoke_on(owner, [&execute](server& s) {
+            std::string part;
+            execute(s, part);
+            return part;
+        });
+    }
+    co_await give_back(in_place);
+    co_return 0;
 }
 
 future<> server::stop() {

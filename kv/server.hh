@@ -42,6 +42,17 @@ struct server_config {
     /// until the socket is done with it) instead of being copied into the reply; get, gets,
     /// gat and gats only.
     size_t zero_copy_min = 16 * 1024;
+    /// A storage request's data block of at least this many bytes that has not fully arrived
+    /// with its line is not buffered on the side: its bytes go straight into memory reserved
+    /// in the key's store as they arrive (so in-flight values count against -m, and a full
+    /// cache evicts for them or refuses with memcached's out-of-memory error; such values may
+    /// hold at most half of a store, or one largest item, so that stalled senders cannot starve
+    /// the others). Classic set/add/replace/cas link the received item in place. Smaller
+    /// incomplete blocks wait in the connection's buffer.
+    size_t stream_value_min = 2048;
+    /// memcached's idle_timeout: a connection that sends nothing for this long while the
+    /// server waits for a request is closed. 0: never.
+    std::chrono::seconds idle_timeout{0};
     /// Whether each shard's store follows the wall clock (a 1 s timer, as memcached's clock);
     /// tests turn it off and set the time themselves.
     bool tick_clock = true;
@@ -80,6 +91,10 @@ public:
     /// memcached's general `stats` of the whole server (every shard's counters summed), as the
     /// text protocol answers them: `STAT name value` lines and END.
     future<std::string> general_stats();
+    /// Values being received straight into store memory on this shard's connections now.
+    size_t values_landing() const noexcept { return _values_landing; }
+    /// Bytes of this shard's store reserved for values still arriving.
+    size_t landing_bytes() const noexcept { return _conn.landing_bytes; }
     /// Server time per read of requests: from the read that brought them to their replies
     /// flushed (the requests of one read share one sample; reads without a reply have none).
     const metrics::histogram& request_latency() const noexcept { return _latency; }
@@ -96,6 +111,14 @@ private:
     /// What `stats` reports about this process and its settings.
     server_info info() const;
     future<> write_reply(net::output_stream& out, reply_batch& reply);
+    /// Takes the data block of storage request `r` (its line parsed; `first` holds the block's
+    /// bytes that came with it, less than the whole block) into memory reserved in the key's
+    /// store as it arrives from `in` (reads abortable by `as` when not null), and executes the
+    /// request there. Bytes read past the
+    /// block are put back into `in`. When no memory can be reserved, marks `r` no_memory and
+    /// returns the block bytes still to be skipped (the caller executes the refusal); else 0.
+    future<uint64_t> take_value(net::input_stream& in, abort_source* as, request& r, std::string_view first,
+                                reply_batch& reply);
     void add_get_key(const request& r, std::string_view key, uint64_t h, reply_batch& reply);
 
     server_config _cfg;
@@ -108,6 +131,7 @@ private:
     metrics::histogram _latency = metrics::histogram::exponential(1e-6, 2, 24); // 1 us .. 8 s
     timer<> _clock;
     uint32_t _started;
+    size_t _values_landing = 0; ///< values this shard's connections are receiving into a store
 };
 
 /// Starts `servers` listening on `addr` on every shard: shard 0 first, so that a port 0 becomes

@@ -63,6 +63,8 @@ void format_general_stats(const store_stats& s, const connection_stats& c, const
     stat(out, "store_no_memory", s.store_no_memory);
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
+    stat(out, "idle_kicks", c.idle_kicks);
+    stat(out, "incomplete_value_bytes", c.landing_bytes);
     stat(out, "limit_maxbytes", info.limit_maxbytes);
     stat(out, "accepting_conns", 1);
     stat(out, "threads", info.threads);

@@ -16,6 +16,8 @@ struct connection_stats {
     uint64_t rejected_connections = 0;
     uint64_t bytes_read = 0;
     uint64_t bytes_written = 0;
+    uint64_t idle_kicks = 0;    ///< connections closed by the idle timeout (memcached's name)
+    uint64_t landing_bytes = 0; ///< store bytes reserved for values still arriving (a gauge)
 
     /// Adds `o`'s counters.
     connection_stats& operator+=(const connection_stats& o) noexcept {
@@ -24,6 +26,8 @@ struct connection_stats {
         rejected_connections += o.rejected_connections;
         bytes_read += o.bytes_read;
         bytes_written += o.bytes_written;
+        idle_kicks += o.idle_kicks;
+        landing_bytes += o.landing_bytes;
         return *this;
     }
 };

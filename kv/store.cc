@@ -713,13 +713,13 @@ store_result store::commit(store_mode mode, item* it, uint64_t h, uint64_t cas_i
     return r;
 }
 
-store_result store::reject_too_large(std::string_view key, uint64_t h, bool drop_old) noexcept {
+store_result store::reject(std::string_view key, uint64_t h, bool drop_old, store_result why) noexcept {
     ++_stats.cmd_set;
-    ++_stats.store_too_large;
+    ++(why == store_result::too_large ? _stats.store_too_large : _stats.store_no_memory);
     if (item* old = live(key, h); old && drop_old) {
         unlink(old, h);
     }
-    return store_result::too_large;
+    return why;
 }
 
 store_result store::remove(std::string_view key, uint64_t h, uint64_t cas_in) noexcept {

@@ -103,9 +103,11 @@ public:
     store_result put(store_mode mode, std::string_view key, uint64_t h, uint32_t client_flags,
                      int64_t exptime, std::string_view value, uint64_t cas_in = 0,
                      uint64_t* cas_out = nullptr) noexcept;
-    /// Counts a storage command whose value was too large (its data block was skipped) and,
-    /// when `drop_old` (a set), unlinks the key's current value as memcached does.
-    store_result reject_too_large(std::string_view key, uint64_t h, bool drop_old) noexcept;
+    /// Counts a storage command refused before its value was stored, `why` being too_large (the
+    /// value exceeds the item limit; its data block was skipped) or no_memory (no room to take
+    /// the value in), and, when `drop_old` (a set), unlinks the key's current value as memcached
+    /// does. Returns `why`.
+    store_result reject(std::string_view key, uint64_t h, bool drop_old, store_result why) noexcept;
     /// Deletes; `cas_in` (when not 0) must match. Returns stored (deleted), not_found or exists.
     store_result remove(std::string_view key, uint64_t h, uint64_t cas_in = 0) noexcept;
     /// incr (`incr` true) or decr by `delta` with memcached's rules: the value must be a decimal

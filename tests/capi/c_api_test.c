@@ -44,6 +44,11 @@ static void lap(const char* what) {
 
 #define CHECK_RC(call, expected) CHECK((call) == (expected))
 
+/* Request and connection timeouts of the handles under test: generous, since the tests assert
+ * outcomes and the sanitizer build runs them in an emulated guest on a busy host (500 requests
+ * in flight there can take longer than a few seconds). Tests of a timeout set their own. */
+enum { generous_ms = 120000, generous_s = generous_ms / 1000 };
+
 static const char* servers;
 static const char* dead_server;
 static int use_rdma; /* SHOAL_C_TEST_RDMA: runtimes start RDMA, the servers are rdma:// ones */
@@ -384,7 +389,7 @@ static void on_missing(void* user, int status, const void* value, size_t size, u
 static int wait_for(struct waiter* w, int count) {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 30;
+    deadline.tv_sec += generous_s;
     pthread_mutex_lock(&w->mutex);
     while (w->done < count) {
         if (pthread_cond_timedwait(&w->cond, &w->mutex, &deadline) != 0) {
@@ -472,7 +477,7 @@ static int await_outcome(struct outcome* o, int rc) {
     }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 30;
+    deadline.tv_sec += generous_s;
     pthread_mutex_lock(&o->mutex);
     while (!o->done && pthread_cond_timedwait(&o->cond, &o->mutex, &deadline) == 0) {
     }
@@ -635,7 +640,7 @@ static void test_destroy_in_callback(shoal_runtime* rt) {
     int before = server_connections(first);
     CHECK(before > 0);
     struct destroyer d = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL}, NULL};
-    CHECK_RC(shoal_kv_open(rt, first, 0, 5000, &d.kv), SHOAL_OK);
+    CHECK_RC(shoal_kv_open(rt, first, 0, generous_ms, &d.kv), SHOAL_OK);
     CHECK_RC(shoal_kv_set(d.kv, "destroy-me", 10, "v", 1, 0, 0), SHOAL_OK);
     CHECK(server_connections(first) == before + 1);
     CHECK_RC(shoal_kv_set_async(d.kv, "destroy-me", 10, "w", 1, 0, 0, destroy_in_callback, &d), SHOAL_OK);
@@ -936,7 +941,7 @@ static void test_ring(shoal_runtime* rt) {
         CHECK_RC(shoal_ring_producer_open(rt, 1, other_addr, desc, desc_size, 2000, &p), SHOAL_ECONNECTION);
     }
 
-    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, 5000, &p), SHOAL_OK);
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, generous_ms, &p), SHOAL_OK);
     if (!p) {
         shoal_ring_consumer_destroy(c);
         return;
@@ -1007,7 +1012,7 @@ static void test_ring(shoal_runtime* rt) {
     CHECK_RC(shoal_ring_receive(c, out, sizeof out, &size, 20), SHOAL_ETIMEDOUT); /* reported once */
 
     /* A new producer resumes the ring; then the consumer vanishes and its sends fail. */
-    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, 5000, &p), SHOAL_OK);
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, desc_size, generous_ms, &p), SHOAL_OK);
     if (p) {
         /* It resumes after every message the first producer got into the ring. */
         CHECK(shoal_ring_producer_resume_record(p) == (uint64_t)(ring_messages + async_tail + 2));
@@ -1079,7 +1084,7 @@ static void test_ring_send_many(shoal_runtime* rt) {
     CHECK_RC(shoal_ring_consumer_address(c, where, sizeof where), SHOAL_OK);
     CHECK_RC(shoal_ring_consumer_descriptor(c, desc, sizeof desc, NULL), SHOAL_OK);
     shoal_ring_producer* p = NULL;
-    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, sizeof desc, 5000, &p), SHOAL_OK);
+    CHECK_RC(shoal_ring_producer_open(rt, 1, where, desc, sizeof desc, generous_ms, &p), SHOAL_OK);
     if (!p) {
         shoal_ring_consumer_destroy(c);
         return;
@@ -1341,9 +1346,9 @@ static void test_pool(shoal_runtime* rt, const char* server, const char* server_
     CHECK_RC(shoal_pool_connect(rt, 1, dead, 2000, &pool), SHOAL_ECONNECTION);
     CHECK(pool == NULL);
     CHECK_RC(shoal_pool_connect(rt, 1, "garbage", 2000, &pool), SHOAL_EINVAL);
-    CHECK_RC(shoal_pool_connect(rt, 1, server, 5000, &pool), SHOAL_OK);
+    CHECK_RC(shoal_pool_connect(rt, 1, server, generous_ms, &pool), SHOAL_OK);
     shoal_pool* second = NULL;
-    CHECK_RC(shoal_pool_connect(rt, 0, server, 5000, &second), SHOAL_OK);
+    CHECK_RC(shoal_pool_connect(rt, 0, server, generous_ms, &second), SHOAL_OK);
     if (!pool || !second) {
         return;
     }
@@ -1607,7 +1612,7 @@ int main(void) {
 
     test_bad_open(rt);
     shoal_kv* kv = NULL;
-    CHECK_RC(shoal_kv_open(rt, servers, 1, 5000, &kv), SHOAL_OK);
+    CHECK_RC(shoal_kv_open(rt, servers, 1, generous_ms, &kv), SHOAL_OK);
     test_round_trips(kv);
     lap("test_round_trips");
     test_get_many(kv);
@@ -1635,7 +1640,7 @@ int main(void) {
 
     /* Close: later calls are refused; close is idempotent. */
     shoal_kv* other = NULL;
-    CHECK_RC(shoal_kv_open(rt, servers, 0, 5000, &other), SHOAL_OK);
+    CHECK_RC(shoal_kv_open(rt, servers, 0, generous_ms, &other), SHOAL_OK);
     CHECK_RC(shoal_kv_close(kv), SHOAL_OK);
     CHECK_RC(shoal_kv_close(kv), SHOAL_OK);
     CHECK_RC(shoal_kv_set(kv, "k", 1, "v", 1, 0, 0), SHOAL_ECLOSED);
@@ -1652,7 +1657,7 @@ int main(void) {
     /* A new runtime after the old one stopped, and the value stored before is there. */
     opts = options(1);
     CHECK_RC(shoal_runtime_start(&opts, &rt), SHOAL_OK);
-    CHECK_RC(shoal_kv_open(rt, servers, 0, 5000, &kv), SHOAL_OK);
+    CHECK_RC(shoal_kv_open(rt, servers, 0, generous_ms, &kv), SHOAL_OK);
     char out[8];
     size_t size = 0;
     CHECK_RC(shoal_kv_get(kv, "still", 5, out, sizeof out, &size, NULL), SHOAL_OK);

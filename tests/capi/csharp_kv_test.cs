@@ -194,7 +194,7 @@ static class Program {
         if (rc != Shoal.OK) { Console.WriteLine(passed + " passed, " + failed + " failed"); return 1; }
 
         IntPtr kv;
-        Check(Shoal.shoal_kv_open(rt, servers, 1, 5000, out kv) == Shoal.OK, "kv open");
+        Check(Shoal.shoal_kv_open(rt, servers, 1, 120000, out kv) == Shoal.OK, "kv open");
 
         var key = Encoding.ASCII.GetBytes("csharp-key");
         var value = new byte[1000];

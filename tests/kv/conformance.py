@@ -11,6 +11,39 @@ usage: conformance.py SHOAL_KV_BINARY [MEMCACHED_BINARY]
 import os, re, shutil, socket, subprocess, sys, time
 
 CASES = [
+    # An HTTP request line closes the connection (nothing after it is answered); so does
+    # nothing else that merely looks like one.
+    (b"get k\r\nGET / HTTP/1.0\r\nversion\r\n",
+     b'END\r\n'),
+    (b"FOO bar HTTP/1.1\r\nversion\r\n",
+     b''),
+    (b"GET /x\r\nx HTTP/1.0\r\nget / HTTP/1.1\r\n",
+     b'ERROR\r\nERROR\r\nEND\r\n'),
+    # An opaque token is at most 32 bytes with its flag.
+    (b"mg k O" + b"x" * 32 + b" v\r\nmg k O" + b"x" * 31 + b" v\r\nmd k O" + b"x" * 32 + b"\r\n",
+     b'CLIENT_ERROR opaque token too long\r\nEN O' + b"x" * 31 + b'\r\nCLIENT_ERROR opaque token too long\r\n'),
+    # Meta flag errors, each command with memcached's text (md and ma have one for all but
+    # the opaque's; errors show in quiet mode too).
+    (b"mg k Z\r\nmg k v v\r\nmg k q v v\r\nmg k Tx\r\nmg k Cx\r\nmg k b\r\nmg k \x01\r\nmn\r\n",
+     b'CLIENT_ERROR invalid flag\r\nCLIENT_ERROR duplicate flag\r\nCLIENT_ERROR duplicate flag\r\n'
+     b'CLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR bad token in command line format\r\n'
+     b'CLIENT_ERROR error decoding key\r\nCLIENT_ERROR invalid flag\r\nMN\r\n'),
+    (b"md k Z\r\nmd k Cx\r\nmd k q q\r\nma k Z\r\nma k Nx\r\nma k MIX\r\nma k MX\r\nma k O" + b"x" * 32 +
+     b"\r\nmn\r\n",
+     b'CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n'
+     b'CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n'
+     b'CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n'
+     b'CLIENT_ERROR invalid mode for ma M token\r\nCLIENT_ERROR opaque token too long\r\nMN\r\n'),
+    (b"ms k 1 Z\r\na\r\nms k 1 MX\r\na\r\nms k 1 MSS\r\na\r\nms k 1 Fx\r\na\r\nms k 1 Cx\r\na\r\n"
+     b"ms k 1 O" + b"x" * 32 + b"\r\na\r\nms k x\r\nmn\r\n",
+     b'CLIENT_ERROR invalid flag\r\nCLIENT_ERROR invalid mode for ms M token\r\n'
+     b'CLIENT_ERROR incorrect length for M token\r\nCLIENT_ERROR bad command line format\r\n'
+     b'CLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR opaque token too long\r\n'
+     b'CLIENT_ERROR bad command line format\r\nMN\r\n'),
+    # The largest item: 56 + key + 1 + value + 2 bytes fit in -I (1 MB).
+    (b"set k 0 0 1048516\r\n" + b"a" * 1048516 + b"\r\nset kk 0 0 1048516\r\n" + b"a" * 1048516 +
+     b"\r\nmg k s\r\n",
+     b'STORED\r\nSERVER_ERROR object too large for cache\r\nHD s1048516\r\n'),
     (b"set a 5 0 2\r\n10\r\nget a\r\n",
      b'STORED\r\nVALUE a 5 2\r\n10\r\nEND\r\n'),
     (b"set a 5 0 2\r\n10\r\ndecr a 1\r\n",
@@ -178,7 +211,7 @@ def free_port():
 
 
 def wait_listening(port, proc, what):
-    deadline = time.time() + 10
+    deadline = time.time() + 60
     while time.time() < deadline:
         if proc.poll() is not None:
             sys.exit(f"{what} exited early with {proc.returncode}")
@@ -187,16 +220,16 @@ def wait_listening(port, proc, what):
             return
         except OSError:
             time.sleep(0.05)
-    sys.exit(f"{what} did not listen on {port} within 10 s")
+    sys.exit(f"{what} did not listen on {port} within 60 s")
 
 
 def exchange(port, data, expect_len, linger=0.03):
     """Sends `data`, reads until `expect_len` (normalized) bytes came (or the server closed), then `linger`
     seconds more for bytes that should not be there."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
     s.sendall(data)
     out = b""
-    deadline = time.time() + 5
+    deadline = time.time() + 60
     s.settimeout(0.01)
     quiet_since = None
     while time.time() < deadline:

@@ -141,3 +141,76 @@ TEST(kv_parser, numbers_follow_memcacheds_truncation) {
     ASSERT_EQ(parse("set k 0 0 4294967296\r\n\r\n", r).kind, parse_result::ready);
     EXPECT_EQ(r.value, "");
 }
+
+TEST(kv_parser, an_incomplete_storage_block_says_where_it_starts) {
+    request r;
+    std::string line = "set k 7 0 10\r\n";
+    std::string in = line + "01234"; // the request's views point into it
+    auto p = parse(in, r);
+    ASSERT_EQ(p.kind, parse_result::incomplete);
+    EXPECT_EQ(p.consumed, 0u);
+    EXPECT_EQ(p.value_at, line.size());
+    EXPECT_EQ(r.cmd, command::set);
+    EXPECT_EQ(r.key, "k");
+    EXPECT_EQ(r.client_flags, 7u);
+    EXPECT_EQ(r.data_len, 10u);
+    // The same for ms; a line that has not ended says nothing.
+    std::string ms = "ms k 4 T9 O1\r\n";
+    p = parse(ms, r);
+    ASSERT_EQ(p.kind, parse_result::incomplete);
+    EXPECT_EQ(p.value_at, ms.size());
+    EXPECT_EQ(r.cmd, command::ms);
+    EXPECT_EQ(r.data_len, 4u);
+    EXPECT_EQ(r.opaque, "O1");
+    p = parse("set k 0 0 10", r);
+    ASSERT_EQ(p.kind, parse_result::incomplete);
+    EXPECT_EQ(p.value_at, 0u);
+    p = parse("get k", r);
+    EXPECT_EQ(p.value_at, 0u);
+}
+
+TEST(kv_parser, a_binary_protocol_request_closes_the_connection) {
+    request r;
+    // memcached's binary GET of key "k": 24-byte header, no line end anywhere.
+    std::string get("\x80\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00"
+                    "\x00\x00\x00\x00\x00\x00\x00\x00k",
+                    25);
+    EXPECT_EQ(parse(get, r).kind, parse_result::close);
+    EXPECT_EQ(parse(get.substr(0, 1), r).kind, parse_result::close);
+    // 0x80 inside a text line is just a byte of the line.
+    EXPECT_EQ(parse("get \x80\r\n", r).kind, parse_result::ready);
+}
+
+TEST(kv_parser, http_request_lines_close_the_connection_as_memcached_does) {
+    request r;
+    for (const char* line : {"GET / HTTP/1.0\r\n", "POST /x HTTP/1.1\r\n", "HEAD / HTTP/1.0\r\n",
+                             "HTTP/1.0\r\n", "foo HTTP/\r\n", "FOO bar HTTP/1.0\r\n"}) {
+        EXPECT_EQ(parse(line, r).kind, parse_result::close) << line;
+    }
+    // memcached answers these (checked against memcached 1.6.18): the HTTP/ token must end a
+    // line whose command is unknown and at least two bytes long.
+    for (const char* line :
+         {"x HTTP/1.0\r\n", "GET /x\r\n", "foo http/1.0\r\n", "set / HTTP/1.0\r\n", "gx / HTTP/1.0\r\n"}) {
+        auto p = parse(line, r);
+        EXPECT_EQ(p.kind, parse_result::reply) << line;
+        EXPECT_EQ(p.text, "ERROR\r\n") << line;
+    }
+    EXPECT_EQ(parse("get / HTTP/1.1\r\n", r).kind, parse_result::ready);
+    EXPECT_EQ(parse("version HTTP/1.0\r\n", r).kind, parse_result::ready);
+    EXPECT_EQ(parse("stats HTTP/1.0\r\n", r).kind, parse_result::ready); // the server says ERROR
+}
+
+TEST(kv_parser, an_opaque_token_is_at_most_32_bytes_with_its_flag) {
+    request r;
+    std::string ok = "mg k O" + std::string(31, 'x') + " v\r\n";
+    auto p = parse(ok, r);
+    ASSERT_EQ(p.kind, parse_result::ready);
+    EXPECT_EQ(r.opaque.size(), 32u);
+    std::string long_one = "mg k O" + std::string(32, 'x') + " v\r\n";
+    p = parse(long_one, r);
+    ASSERT_EQ(p.kind, parse_result::reply);
+    EXPECT_EQ(p.text, "CLIENT_ERROR opaque token too long\r\n");
+    p = parse("mg k O" + std::string(2000, 'x') + " v\r\n", r);
+    ASSERT_EQ(p.kind, parse_result::reply);
+    EXPECT_EQ(p.text, "CLIENT_ERROR opaque token too long\r\n");
+}

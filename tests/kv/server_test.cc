@@ -260,7 +260,7 @@ TEST(kv_server, client_killed_mid_value) {
                           s.abort(); // gone, half a value sent
                       }
                       // The half value is dropped; the old one stays; the server serves on.
-                      auto deadline = steady_clock_type::now() + std::chrono::seconds(5);
+                      auto deadline = steady_clock_type::now() + std::chrono::seconds(60);
                       std::string st;
                       do {
                           co_await sleep(std::chrono::milliseconds(10));
@@ -425,73 +425,245 @@ future<size_t> refs_held(test_server& ts) {
 } // namespace
 
 TEST(kv_server, large_values_are_sent_from_item_memory_that_stays_intact) {
+    EXPECT_EQ(run(2,
+                  []() -> future<> {
+                      test_server ts;
+                      co_await ts.start();
+                      auto writer = co_await client::connect(ts.addr);
+                      auto reader = co_await client::connect(ts.addr);
+                      constexpr int n = 12;
+                      constexpr size_t len = 900 * 1024;
+                      auto value_of = [](int i, char base) {
+                          std::string v(len, char(base + i));
+                          for (size_t p = 0; p < len; p += 4096) {
+                              v[p] = char('0' + (p / 4096) % 10); // so that a shifted copy is caught too
+                          }
+                          return v;
+                      };
+                      std::string get = "get";
+                      for (int i = 0; i < n; ++i) {
+                          co_await writer->send(set_req(fmt::format("big{}", i), value_of(i, 'a')));
+                          EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                          get += fmt::format(" big{}", i);
+                      }
+                      // 10.8 MB of replies to a client that does not read yet: the socket takes a
+                      // part, the rest waits in item memory, referenced.
+                      co_await reader->send(get + "\r\n");
+                      size_t held = 0;
+                      for (int i = 0; i < 2000 && held == 0; ++i) {
+                          co_await sleep(std::chrono::milliseconds(1));
+                          held = co_await refs_held(ts);
+                      }
+                      EXPECT_GT(held, 0u) << "values are sent from item memory, not copied";
+                      // Delete half, overwrite the other half, and write as much again so that freed
+                      // chunks would be reused at once if a held one were among them.
+                      for (int i = 0; i < n; ++i) {
+                          auto k = fmt::format("big{}", i);
+                          if (i % 2) {
+                              co_await writer->send(fmt::format("delete {}\r\n", k));
+                              EXPECT_EQ(co_await writer->until("\r\n"), "DELETED\r\n");
+                          } else {
+                              co_await writer->send(set_req(k, value_of(i, 'A')));
+                              EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                          }
+                          co_await writer->send(set_req(fmt::format("other{}", i), value_of(i, 'n')));
+                          EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                      }
+                      std::string expect;
+                      for (int i = 0; i < n; ++i) {
+                          expect += fmt::format("VALUE big{} 0 {}\r\n{}\r\n", i, len, value_of(i, 'a'));
+                      }
+                      expect += "END\r\n";
+                      std::string got = co_await reader->until("END\r\n");
+                      EXPECT_EQ(got.size(), expect.size());
+                      EXPECT_TRUE(got == expect)
+                          << "the reply carries the values as they were when asked for";
+                      size_t left = 1;
+                      for (int i = 0; i < 2000 && left; ++i) {
+                          left = co_await refs_held(ts);
+                          if (left) {
+                              co_await sleep(std::chrono::milliseconds(1));
+                          }
+                      }
+                      EXPECT_EQ(left, 0u) << "every reference is dropped once the reply is sent";
+                      co_await reader->send("get big0\r\n");
+                      EXPECT_EQ(co_await reader->until("END\r\n"),
+                                fmt::format("VALUE big0 0 {}\r\n{}\r\nEND\r\n", len, value_of(0, 'A')));
+                      co_await writer->out.close();
+                      co_await reader->out.close();
+                      co_await ts.stop();
+                  }),
+              0);
+}
+
+namespace {
+
+/// The value of statistic `name` in a `stats` reply (-1 when absent).
+long long stat_of(const std::string& stats, std::string_view name) {
+    auto at = stats.find(fmt::format("STAT {} ", name));
+    if (at == std::string::npos) {
+        return -1;
+    }
+    return std::stoll(stats.substr(at + 6 + name.size()));
+}
+
+/// Polls `stats` on `c` until `name` equals `want` (a minute at most); returns the last value.
+future<long long> wait_for_stat(client& c, std::string_view name, long long want) {
+    auto deadline = steady_clock_type::now() + std::chrono::seconds(60);
+    long long v = -1;
+    for (;;) {
+        v = stat_of(co_await c.call("stats\r\n", "END\r\n"), name);
+        if (v == want || steady_clock_type::now() > deadline) {
+            co_return v;
+        }
+        co_await sleep(std::chrono::milliseconds(10));
+    }
+}
+
+} // namespace
+
+TEST(kv_server, stalled_large_values_land_in_the_store_and_never_starve_other_clients) {
     EXPECT_EQ(
         run(2,
             []() -> future<> {
                 test_server ts;
-                co_await ts.start();
-                auto writer = co_await client::connect(ts.addr);
-                auto reader = co_await client::connect(ts.addr);
-                constexpr int n = 12;
-                constexpr size_t len = 900 * 1024;
-                auto value_of = [](int i, char base) {
-                    std::string v(len, char(base + i));
-                    for (size_t p = 0; p < len; p += 4096) {
-                        v[p] = char('0' + (p / 4096) % 10); // so that a shifted copy is caught too
-                    }
-                    return v;
-                };
-                std::string get = "get";
-                for (int i = 0; i < n; ++i) {
-                    co_await writer->send(set_req(fmt::format("big{}", i), value_of(i, 'a')));
-                    EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
-                    get += fmt::format(" big{}", i);
+                kv::server_config cfg;
+                cfg.store.memory_limit = 8 << 20; // per shard
+                cfg.tick_clock = false;
+                co_await ts.start(cfg);
+                auto c = co_await client::connect(ts.addr);
+                const size_t len = 1000000;
+                // Keys of the stalled sets hold old values: a refused set drops them.
+                std::vector<std::unique_ptr<client>> stalled;
+                for (int i = 0; i < 24; ++i) {
+                    auto key = fmt::format("stalled-{}", i);
+                    EXPECT_EQ(co_await c->call(set_req(key, "old")), "STORED\r\n");
+                    auto s = co_await client::connect(ts.addr);
+                    co_await s->send(fmt::format("set {} 0 0 {}\r\n", key, len) +
+                                     std::string(len - 1000, 's'));
+                    stalled.push_back(std::move(s));
                 }
-                // 10.8 MB of replies to a client that does not read yet: the socket takes a
-                // part, the rest waits in item memory, referenced.
-                co_await reader->send(get + "\r\n");
-                size_t held = 0;
-                for (int i = 0; i < 2000 && held == 0; ++i) {
-                    co_await sleep(std::chrono::milliseconds(1));
-                    held = co_await refs_held(ts);
-                }
-                EXPECT_GT(held, 0u) << "values are sent from item memory, not copied";
-                // Delete half, overwrite the other half, and write as much again so that freed
-                // chunks would be reused at once if a held one were among them.
-                for (int i = 0; i < n; ++i) {
-                    auto k = fmt::format("big{}", i);
-                    if (i % 2) {
-                        co_await writer->send(fmt::format("delete {}\r\n", k));
-                        EXPECT_EQ(co_await writer->until("\r\n"), "DELETED\r\n");
+                // In-flight values hold at most half of each store: the others are refused
+                // at once, with memcached's error, while their senders still send.
+                auto deadline = steady_clock_type::now() + std::chrono::seconds(60);
+                std::string st;
+                do {
+                    co_await sleep(std::chrono::milliseconds(10));
+                    st = co_await c->call("stats\r\n", "END\r\n");
+                } while (stat_of(st, "store_no_memory") + stat_of(st, "incomplete_value_bytes") / len < 24 &&
+                         steady_clock_type::now() < deadline);
+                EXPECT_EQ(stat_of(st, "store_no_memory") + stat_of(st, "incomplete_value_bytes") / len, 24);
+                EXPECT_LE(stat_of(st, "incomplete_value_bytes"), 2 * (4 << 20));
+                size_t refused = 0;
+                for (size_t i = 0; i < stalled.size(); ++i) {
+                    auto key = fmt::format("stalled-{}", i);
+                    auto got = co_await c->call("get " + key + "\r\n", "END\r\n");
+                    if (got == "END\r\n") {
+                        // Refused: it answered, and its old value is gone (memcached's rule).
+                        EXPECT_EQ(co_await stalled[i]->until("\r\n"),
+                                  "SERVER_ERROR out of memory storing object\r\n");
+                        ++refused;
                     } else {
-                        co_await writer->send(set_req(k, value_of(i, 'A')));
-                        EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
-                    }
-                    co_await writer->send(set_req(fmt::format("other{}", i), value_of(i, 'n')));
-                    EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
-                }
-                std::string expect;
-                for (int i = 0; i < n; ++i) {
-                    expect += fmt::format("VALUE big{} 0 {}\r\n{}\r\n", i, len, value_of(i, 'a'));
-                }
-                expect += "END\r\n";
-                std::string got = co_await reader->until("END\r\n");
-                EXPECT_EQ(got.size(), expect.size());
-                EXPECT_TRUE(got == expect) << "the reply carries the values as they were when asked for";
-                size_t left = 1;
-                for (int i = 0; i < 2000 && left; ++i) {
-                    left = co_await refs_held(ts);
-                    if (left) {
-                        co_await sleep(std::chrono::milliseconds(1));
+                        EXPECT_EQ(got, "VALUE " + key + " 0 3\r\nold\r\nEND\r\n"); // still landing
                     }
                 }
-                EXPECT_EQ(left, 0u) << "every reference is dropped once the reply is sent";
-                co_await reader->send("get big0\r\n");
-                EXPECT_EQ(co_await reader->until("END\r\n"),
-                          fmt::format("VALUE big0 0 {}\r\n{}\r\nEND\r\n", len, value_of(0, 'A')));
-                co_await writer->out.close();
-                co_await reader->out.close();
+                EXPECT_GE(refused, 24u - 8u) << "each 8 MB store takes at most four 1 MB values";
+                // Other clients store and read small and large values meanwhile.
+                for (int i = 0; i < 50; ++i) {
+                    auto key = fmt::format("other-{}", i);
+                    auto value = std::string(i % 2 ? 100 : 100000, char('a' + i % 26));
+                    EXPECT_EQ(co_await c->call(set_req(key, value)), "STORED\r\n");
+                    EXPECT_EQ(co_await c->call("get " + key + "\r\n", "END\r\n"),
+                              fmt::format("VALUE {} 0 {}\r\n{}\r\nEND\r\n", key, value.size(), value));
+                }
+                // One landing value completes: it is stored byte for byte.
+                for (size_t i = 0; i < stalled.size(); ++i) {
+                    auto key = fmt::format("stalled-{}", i);
+                    if (co_await c->call("get " + key + "\r\n", "END\r\n") != "END\r\n") {
+                        co_await stalled[i]->send(std::string(1000, 's') + "\r\n");
+                        EXPECT_EQ(co_await stalled[i]->until("\r\n"), "STORED\r\n");
+                        EXPECT_EQ(
+                            co_await c->call("get " + key + "\r\n", "END\r\n"),
+                            fmt::format("VALUE {} 0 {}\r\n{}\r\nEND\r\n", key, len, std::string(len, 's')));
+                        break;
+                    }
+                }
+                // The stalled senders vanish: every reserved byte returns.
+                stalled.clear();
+                EXPECT_EQ(co_await wait_for_stat(*c, "incomplete_value_bytes", 0), 0);
+                EXPECT_EQ(co_await wait_for_stat(*c, "curr_connections", 1), 1);
+                co_await c->out.close();
                 co_await ts.stop();
             }),
         0);
+}
+
+TEST(kv_server, a_value_split_over_many_reads_lands_whole_and_a_bad_end_is_refused) {
+    EXPECT_EQ(run(2,
+                  []() -> future<> {
+                      test_server ts;
+                      co_await ts.start();
+                      auto c = co_await client::connect(ts.addr);
+                      std::string value(300000, 'v');
+                      for (size_t i = 0; i < value.size(); i += 7) {
+                          value[i] = char('a' + i % 26);
+                      }
+                      // Sent in pieces, the next request right behind the value's end.
+                      std::string req = set_req("split", value) + "get split\r\n";
+                      for (size_t at = 0; at < req.size(); at += 65536 + 3) {
+                          co_await c->send(std::string_view(req).substr(at, 65536 + 3));
+                          co_await sleep(std::chrono::milliseconds(1));
+                      }
+                      EXPECT_EQ(co_await c->until("END\r\n"),
+                                "STORED\r\nVALUE split 0 300000\r\n" + value + "\r\nEND\r\n");
+                      // ms and append take the same path.
+                      EXPECT_EQ(co_await c->call("ms split 300000 T0 O7\r\n" + value + "\r\n"), "HD O7\r\n");
+                      EXPECT_EQ(
+                          co_await c->call("append split 0 0 4000\r\n" + std::string(4000, 'z') + "\r\n"),
+                          "STORED\r\n");
+                      EXPECT_EQ(co_await c->call("mg split s\r\n"), "HD s304000\r\n");
+                      // A block that does not end in CRLF is refused; the old value stays.
+                      EXPECT_EQ(co_await c->call("set split 0 0 5000\r\n" + std::string(5000, 'x') + "ab"),
+                                "CLIENT_ERROR bad data chunk\r\n");
+                      EXPECT_EQ(co_await c->call("mg split s\r\n"), "HD s304000\r\n");
+                      auto st = co_await c->call("stats\r\n", "END\r\n");
+                      EXPECT_EQ(stat_of(st, "incomplete_value_bytes"), 0);
+                      co_await c->out.close();
+                      co_await ts.stop();
+                  }),
+              0);
+}
+
+TEST(kv_server, an_idle_timeout_closes_silent_connections_only) {
+    EXPECT_EQ(run(2,
+                  []() -> future<> {
+                      test_server ts;
+                      kv::server_config cfg;
+                      cfg.idle_timeout = std::chrono::seconds(2);
+                      co_await ts.start(cfg);
+                      auto silent = co_await client::connect(ts.addr);
+                      auto half = co_await client::connect(ts.addr);
+                      co_await half->send("set k 0 0 100000\r\nabc"); // then nothing
+                      auto busy = co_await client::connect(ts.addr);
+                      // The busy client keeps talking past the timeout and is never cut.
+                      for (int i = 0; i < 60; ++i) {
+                          EXPECT_EQ(co_await busy->call("version\r\n"), "VERSION 1.6.18\r\n");
+                          co_await sleep(std::chrono::milliseconds(50));
+                      }
+                      // Both silent ones are closed (a read sees the end of the stream).
+                      for (auto* c : {silent.get(), half.get()}) {
+                          try {
+                              while (!(co_await c->in.read()).empty()) {
+                              }
+                          } catch (...) {
+                              // A reset is a close too.
+                          }
+                      }
+                      EXPECT_EQ(co_await wait_for_stat(*busy, "idle_kicks", 2), 2);
+                      EXPECT_EQ(co_await wait_for_stat(*busy, "incomplete_value_bytes", 0), 0);
+                      EXPECT_EQ(co_await wait_for_stat(*busy, "curr_connections", 1), 1);
+                      co_await busy->out.close();
+                      co_await ts.stop();
+                  }),
+              0);
 }

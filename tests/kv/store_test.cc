@@ -154,8 +154,9 @@ TEST(kv_store, size_limits) {
     auto s = make_store(64 << 20, 1 << 20);
     std::string key250(250, 'k');
     EXPECT_EQ(put(*s, key250, "v"), store_result::stored);
-    // memcached's accounting: 48 + key + 1 + value + 2 must fit in -I.
-    std::string fits((1 << 20) - 48 - 1 - 1 - 2, 'x');
+    // memcached's accounting (its item header with the CAS unique): 56 + key + 1 + value + 2
+    // must fit in -I.
+    std::string fits((1 << 20) - 56 - 1 - 1 - 2, 'x');
     EXPECT_EQ(put(*s, "k", fits), store_result::stored);
     EXPECT_EQ(get(*s, "k").size(), fits.size());
     EXPECT_EQ(put(*s, "k", fits + "x"), store_result::too_large);
