@@ -92,7 +92,7 @@ future<int> ring_consumer(net::socket_address a, uint32_t count) {
     std::printf("ring %s %s\n", l.local_address().to_string().c_str(), hex.c_str());
     std::fflush(stdout);
 
-    const auto deadline = steady_clock_type::now() + std::chrono::seconds(120);
+    const auto deadline = steady_clock_type::now() + std::chrono::seconds(240); // the whole C# run
     rdma::connection c = co_await with_timeout(deadline, l.accept());
     ring.attach(c);
     uint32_t received = 0;

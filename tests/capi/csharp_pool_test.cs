@@ -8,6 +8,7 @@
 //
 // usage: mono test.exe   (SHOAL_POOL_SERVER=IP:PORT in the environment; csharp_test.sh)
 using System;
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Threading;
 
@@ -55,9 +56,9 @@ static class Program {
         return s;
     }
 
-    /// Waits (at most 30 s) until `n` completions of OnDone arrived.
+    /// Waits (at most 120 s: a hang fails, a slow host does not) until `n` completions of OnDone arrived.
     static void WaitDone(int n) {
-        for (int waited = 0; Volatile.Read(ref doneCount) < n && waited < 30000; waited += 5) { Thread.Sleep(5); }
+        for (var sw = Stopwatch.StartNew(); Volatile.Read(ref doneCount) < n && sw.ElapsedMilliseconds < 120000;) { Thread.Sleep(5); }
     }
 
     static int Main() {
@@ -71,7 +72,7 @@ static class Program {
 
         IntPtr pool, second, bad;
         CheckRc(Shoal.shoal_pool_connect(rt, 1, "garbage", 2000, out bad), Shoal.EINVAL, "connect to a bad address");
-        rc = Shoal.shoal_pool_connect(rt, 1, server, 10000, out pool);
+        rc = Shoal.shoal_pool_connect(rt, 1, server, 60000, out pool);
         CheckRc(rc, Shoal.OK, "connect to " + server);
         if (rc != Shoal.OK) { Shoal.shoal_runtime_destroy(rt); Console.WriteLine(passed + " passed, " + failed + " failed"); return 1; }
 
@@ -101,7 +102,7 @@ static class Program {
         // Quota (2 MiB per client) and watermark (3 MiB in all).
         CheckRc(Shoal.shoal_pool_lease(pool, U(Mib), out b), Shoal.OK, "lease b (1 MiB)");
         CheckRc(Shoal.shoal_pool_lease(pool, U(4096), out x), Shoal.EQUOTA, "a third lease over the quota");
-        rc = Shoal.shoal_pool_connect(rt, 0, server, 10000, out second);
+        rc = Shoal.shoal_pool_connect(rt, 0, server, 60000, out second);
         CheckRc(rc, Shoal.OK, "a second client (shard 0)");
         if (rc == Shoal.OK) {
             CheckRc(Shoal.shoal_pool_lease(second, U(Mib), out c), Shoal.OK, "lease c by the second client");
@@ -146,7 +147,7 @@ static class Program {
         Check(Same(got, Slice(page, 0, 8192)), "read_buffer_async got what write_buffer_async wrote");
         Marshal.FreeHGlobal(raw);
         CheckRc(Shoal.shoal_pool_lease_async(pool, U(4096), OnLeased, IntPtr.Zero), Shoal.OK, "lease_async handed over");
-        for (int waited = 0; Volatile.Read(ref leaseStatus) < 0 && waited < 30000; waited += 5) { Thread.Sleep(5); }
+        for (var sw = Stopwatch.StartNew(); Volatile.Read(ref leaseStatus) < 0 && sw.ElapsedMilliseconds < 120000;) { Thread.Sleep(5); }
         Check(leaseStatus == Shoal.EQUOTA && asyncLease == IntPtr.Zero, "lease_async over the quota: " + Shoal.Name(leaseStatus));
         Shoal.shoal_buffer_free(src);
         Shoal.shoal_buffer_free(dst);

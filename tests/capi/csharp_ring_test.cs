@@ -10,6 +10,7 @@
 //
 // usage: mono test.exe ADDRESS DESCRIPTOR_HEX COUNT   (run by csharp_ring_test.sh)
 using System;
+using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Threading;
 
@@ -103,7 +104,7 @@ static class Program {
         rc = Shoal.shoal_ring_producer_open(rt, 1, address, descriptor, new UIntPtr(5), 5000, out p);
         Check(rc == Shoal.EINVAL, "a short descriptor refused: " + Shoal.Name(rc));
 
-        rc = Shoal.shoal_ring_producer_open(rt, 1, address, descriptor, new UIntPtr((uint)descriptor.Length), 10000, out p);
+        rc = Shoal.shoal_ring_producer_open(rt, 1, address, descriptor, new UIntPtr((uint)descriptor.Length), 60000, out p);
         Check(rc == Shoal.OK, "producer open: " + Shoal.Name(rc));
         if (rc == Shoal.OK) {
             int largest = (int)Shoal.shoal_ring_producer_max_message(p).ToUInt64();
@@ -148,7 +149,7 @@ static class Program {
             }
             Check(sent == count, "every record sent (" + sent + " of " + count + ")");
             Check(batches >= count / 100 - 1, "records sent in batches of 32 (" + batches + " batches)");
-            for (int waited = 0; Volatile.Read(ref asyncDone) < asyncSent && waited < 30000; waited += 10) { Thread.Sleep(10); }
+            for (var sw = Stopwatch.StartNew(); Volatile.Read(ref asyncDone) < asyncSent && sw.ElapsedMilliseconds < 120000;) { Thread.Sleep(10); }
             Check(asyncOk == asyncSent, "every send without waiting completed (" + asyncOk + " of " + asyncSent + ")");
             Shoal.shoal_buffer_free(buf);
             Shoal.shoal_ring_producer_destroy(p);

@@ -26,7 +26,10 @@ trap cleanup EXIT
 mcs -nologo -warnaserror -out:"$work/test.exe" "$src" "$(dirname "$src")/shoal_native.cs"
 "$peer" ring-consumer "$ip:0" "$count" >"$work/consumer.log" 2>&1 &
 pid=$!
-for _ in $(seq 200); do
+# Up to 120 s to start (an ASan process takes seconds in the guest, and every round of this
+# loop starts processes there); the loop ends as soon as it is up.
+deadline=$((SECONDS + 120))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
     grep -q "^ring " "$work/consumer.log" && break
     sleep 0.1
 done
@@ -35,7 +38,7 @@ line=$(grep "^ring " "$work/consumer.log" || true)
 [ -n "$line" ] || { echo "the consumer did not start"; cat "$work/consumer.log"; exit 1; }
 read -r _ address descriptor <<<"$line"
 status=0
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 mono "$work/test.exe" "$address" "$descriptor" "$count" || status=$?
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 240 mono "$work/test.exe" "$address" "$descriptor" "$count" || status=$?
 consumer=0
 wait "$pid" || consumer=$?
 pid=

@@ -14,4 +14,4 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mcs -nologo -warnaserror -out:"$work/test.exe" "$src" "$(dirname "$src")/shoal_native.cs"
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 mono "$work/test.exe"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 240 mono "$work/test.exe"

@@ -51,7 +51,7 @@ for i in 1 2; do
         "$bin" -l 127.0.0.1 -p 0 --smp 2 -m 64 >"$work/server$i.log" 2>&1 &
     fi
     pids+=($!)
-    deadline=$((SECONDS + 60)) # a sanitized server takes ~7 s to start in the guest
+    deadline=$((SECONDS + 120)) # a sanitized server takes ~7 s to start in an idle guest
     until port=$(listening_port "$work/server$i.log"); do
         if ((SECONDS > deadline)) || ! kill -0 "${pids[-1]}" 2>/dev/null; then
             echo "shoal-kv did not start"

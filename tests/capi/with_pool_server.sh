@@ -20,7 +20,10 @@ trap cleanup EXIT
 mib=$((1 << 20))
 "$peer" pool-server "$ip:0" "$mib" $((2 * mib)) $((3 * mib)) >"$work/pool.log" 2>&1 &
 pid=$!
-for _ in $(seq 200); do
+# Up to 120 s to start (an ASan process takes seconds in the guest, and every round of this
+# loop starts processes there); the loop ends as soon as it is up.
+deadline=$((SECONDS + 120))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$pid" 2>/dev/null; do
     grep -q "listening on" "$work/pool.log" && break
     sleep 0.1
 done

@@ -2,6 +2,7 @@
 
 #include "core/alien.hh"
 #include "core/timer.hh"
+#include "run_in_shards.hh"
 
 #include <gtest/gtest.h>
 
@@ -23,11 +24,11 @@ smp_options two_unpinned_shards() {
     return opts;
 }
 
-/// Waits for `f` at most 20 s (a hang fails the test instead of blocking it).
+/// Waits for `f` at most `patience` (a hang fails the test instead of blocking it).
 template <typename T>
 T wait(std::future<T>& f) {
-    if (f.wait_for(20s) != std::future_status::ready) {
-        throw std::runtime_error("no answer from the engine within 20 s");
+    if (f.wait_for(shoal::testing::patience) != std::future_status::ready) {
+        throw std::runtime_error("no answer from the engine");
     }
     return f.get();
 }

@@ -26,7 +26,7 @@ struct homed {
 
 /// Waits (bounded) until `flag` leaves -1.
 future<> wait_until_set(std::atomic<int>& flag) {
-    auto deadline = steady_clock_type::now() + 20s;
+    auto deadline = steady_clock_type::now() + shoal::testing::patience;
     while (flag.load() == -1 && steady_clock_type::now() < deadline) {
         co_await sleep(100us);
     }

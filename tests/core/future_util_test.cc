@@ -213,7 +213,7 @@ TEST(repeat, long_ready_runs_let_other_tasks_in) {
             int seen_at_start = other;
             // An always-ready loop that runs until the other loop got a turn: the task quota
             // (0.5 ms) makes it yield; the deadline only turns starvation into a failure.
-            auto deadline = steady_clock_type::now() + 10s;
+            auto deadline = steady_clock_type::now() + shoal::testing::patience;
             co_await repeat([&] {
                 return other > seen_at_start || steady_clock_type::now() > deadline ? stop_iteration::yes
                                                                                     : stop_iteration::no;

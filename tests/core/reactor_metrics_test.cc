@@ -40,9 +40,9 @@ double value_of(const std::string& name, const std::string& peer = "") {
 
 /// Busy-waits inside one task until the task quota has run out (`need_preempt()`), then for
 /// four more quota periods, so the reactor notices the expiry a whole period late whatever the
-/// load; false if the quota never ran out within 10 s.
+/// load; false if the quota never ran out within `patience`.
 bool spin_past_the_quota() {
-    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto give_up = std::chrono::steady_clock::now() + shoal::testing::patience;
     while (!need_preempt()) {
         if (std::chrono::steady_clock::now() > give_up) {
             return false;

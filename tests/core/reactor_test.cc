@@ -169,9 +169,13 @@ TEST(reactor, poll_mode_never_sleeps) {
     cfg.idle_poll = 0us;
     EXPECT_EQ(run_in_shard(
                   []() -> future<> {
+                      // 30 ms waits until the reactor looped a few times (a thread descheduled for
+                      // a whole wait loops only once or twice in it): never a sleep meanwhile.
                       auto loops = local_reactor().stats().loops;
-                      co_await sleep(30ms);
-                      co_await sleep(30ms);
+                      for (auto until = steady_clock_type::now() + shoal::testing::patience;
+                           local_reactor().stats().loops <= loops + 10 && steady_clock_type::now() < until;) {
+                          co_await sleep(30ms);
+                      }
                       EXPECT_EQ(local_reactor().stats().sleeps, 0u);
                       EXPECT_GT(local_reactor().stats().loops, loops + 10);
                   },
@@ -184,9 +188,10 @@ TEST(reactor, default_mode_sleeps_when_idle) {
     cfg.idle_poll = 0us;
     EXPECT_EQ(run_in_shard(
                   []() -> future<> {
-                      // Idle while the timer is pending: the reactor sleeps (bounded retries in
-                      // case this thread was descheduled for a whole wait).
-                      for (int i = 0; i < 50 && local_reactor().stats().sleeps == 0; ++i) {
+                      // Idle while the timer is pending: the reactor sleeps (retried in case this
+                      // thread was descheduled for a whole wait).
+                      for (auto until = steady_clock_type::now() + shoal::testing::patience;
+                           local_reactor().stats().sleeps == 0 && steady_clock_type::now() < until;) {
                           co_await sleep(10ms);
                       }
                       EXPECT_GE(local_reactor().stats().sleeps, 1u);
@@ -219,7 +224,8 @@ TEST(reactor, pollers_are_polled_and_armed_before_every_sleep) {
                       auto before = r.stats();
                       r.register_poller(&a);
                       r.register_poller(&b);
-                      for (int i = 0; i < 50; ++i) {
+                      for (auto until = steady_clock_type::now() + shoal::testing::patience;
+                           steady_clock_type::now() < until;) {
                           co_await sleep(10ms);
                           auto now = r.stats();
                           if (now.sleeps > before.sleeps && now.aborted_sleeps >= before.aborted_sleeps + 3) {
@@ -283,7 +289,8 @@ TEST(reactor, armed_poller_wakes_a_sleeping_reactor) {
     eventfd_poller ev; // outlives the engine: a poll request may still be in flight at stop
     std::thread producer([&ev] {
         // Post only once the reactor has armed the poller on its way to sleep.
-        for (int i = 0; i < 10000 && !ev.armed.load(std::memory_order_acquire); ++i) {
+        for (auto until = std::chrono::steady_clock::now() + shoal::testing::patience;
+             !ev.armed.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until;) {
             std::this_thread::sleep_for(1ms);
         }
         std::this_thread::sleep_for(20ms);

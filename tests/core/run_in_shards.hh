@@ -7,11 +7,18 @@
 #include "core/log.hh"
 #include "core/smp.hh"
 
+#include <chrono>
 #include <functional>
 
 #include <gtest/gtest.h>
 
 namespace shoal::testing {
+
+/// How long a test waits for something that must happen but is not what it measures (an answer
+/// from another shard, a reactor going to sleep, a condition polled for): generous for the
+/// sanitizer build on a busy 2-core host, and below the ctest TIMEOUT of a core test case
+/// (SHOAL_CORE_TEST_TIMEOUT, 120 s). Reaching it is a failure, never a measurement.
+inline constexpr std::chrono::seconds patience{90};
 
 /// Starts `smp` unpinned shards with `cfg`, runs `fn()` on shard 0 and returns 0 when its
 /// future succeeds. A failure is reported to GoogleTest and turns into a non-zero status, and so

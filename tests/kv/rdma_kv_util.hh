@@ -88,8 +88,7 @@ struct rdma_kv {
     }
     /// An RDMA transport to this server (closed by `close_clients`).
     kv::internal::rdma_transport& transport(kv::rdma_client_options o = {}) {
-        transports.push_back(
-            std::make_unique<kv::internal::rdma_transport>(rdma_addr, 0, std::chrono::milliseconds(5000), o));
+        transports.push_back(std::make_unique<kv::internal::rdma_transport>(rdma_addr, 0, patience, o));
         return *transports.back();
     }
     future<> close_clients() {
@@ -104,6 +103,7 @@ struct rdma_kv {
         kv::client_config c;
         const net::socket_address& a = t == kv::endpoint_transport::rdma ? rdma_addr : tcp_addr;
         c.servers = {{env().ip, a.port(), 1, t}};
+        c.connect_timeout = patience; // the connection is never what these tests time
         return c;
     }
 };
@@ -125,6 +125,20 @@ future<> with_kv(Body body, kv::rdma_server_config rc = {}, size_t shard_memory 
     if (err) {
         std::rethrow_exception(err);
     }
+}
+
+/// Polls `cond` (a coroutine returning whether its condition holds, e.g. a sum over the shards)
+/// every 10 ms until it holds or `timeout` passes; returns whether it held.
+template <typename Cond>
+future<bool> eventually_async(Cond cond, std::chrono::milliseconds timeout = patience) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!co_await cond()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            co_return false;
+        }
+        co_await sleep(std::chrono::milliseconds(10));
+    }
+    co_return true;
 }
 
 /// ibv_reg_mr calls of the shards' pools so far (they grow with traffic, whatever the protocol).

@@ -12,7 +12,10 @@ trap 'kill -KILL $server 2>/dev/null || true; rm -rf "$out"' EXIT
 
 "$echo_bin" server --transport rdma --host "$ip" --port "$port" --smp 2 --no-pin >"$out/server.txt" 2>&1 &
 server=$!
-for _ in $(seq 100); do
+# Up to 120 s to listen: an ASan binary takes seconds to start in the emulated guest, and each
+# round of this loop costs ~0.4 s of process starts there; the loop ends as soon as it listens.
+deadline=$((SECONDS + 120))
+while [ "$SECONDS" -lt "$deadline" ]; do
     grep -q "echo on" "$out/server.txt" && break
     kill -0 "$server" 2>/dev/null || { cat "$out/server.txt"; echo "FAIL: server exited early"; exit 1; }
     sleep 0.1

@@ -17,6 +17,9 @@ using namespace std::chrono_literals;
 using shoal::net::rdma::internal::fd_watcher;
 
 namespace {
+/// The deadline of a wait for what must happen: a hang fails at it; a slow host never does.
+constexpr std::chrono::milliseconds patience = 90s;
+
 /// Runs `body` on one unpinned shard; returns its result.
 int on_one_shard(std::function<future<int>()> body) {
     smp_options so;
@@ -54,7 +57,7 @@ TEST(fd_watcher, a_failed_poll_is_watched_again) {
         EXPECT_EQ(w.errors(), 1u);
         EXPECT_FALSE(w.failed());
         EXPECT_EQ(write(p[1], "x", 1), 1);
-        bool woke = co_await within([&] { return readable == 1; }, 5000ms);
+        bool woke = co_await within([&] { return readable == 1; }, patience);
         EXPECT_TRUE(woke) << "the wake-up after a poll error was lost";
         co_await w.stop();
         close(p[0]);
@@ -74,7 +77,7 @@ TEST(fd_watcher, a_poll_that_keeps_failing_gives_up_loudly) {
         fd_watcher w(
             p[0], [] {}, [&](int err) { failed_with = err; });
         w.start(); // a closed fd: every poll fails with EBADF
-        bool gave_up = co_await within([&] { return failed_with != 0; }, 5000ms);
+        bool gave_up = co_await within([&] { return failed_with != 0; }, patience);
         EXPECT_TRUE(gave_up);
         EXPECT_EQ(failed_with, EBADF);
         EXPECT_TRUE(w.failed());

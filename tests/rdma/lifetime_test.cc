@@ -276,7 +276,7 @@ TEST(lifetimes, connect_and_accept_honour_abort_source) {
             EXPECT_FALSE(f.available());
             as.request_abort();
             // Nothing else happens on this listener: only the abort can end the accept.
-            EXPECT_TRUE(co_await aborted(with_timeout(steady_clock_type::now() + 2s, std::move(f))));
+            EXPECT_TRUE(co_await aborted(with_timeout(steady_clock_type::now() + patience, std::move(f))));
         }
         co_await submit_to(1, [a]() -> future<> {
             auto& ctx = rdma::shard_context::local();

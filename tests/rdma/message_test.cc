@@ -340,7 +340,7 @@ TEST(messages, receive_into_hands_messages_over_without_a_future) {
                 auto all = r.done->get_future();
                 EXPECT_FALSE(r.arm()) << "nothing was queued";
                 co_await m.send(net::temporary_buffer::copy_of("go"));
-                co_await with_timeout(steady_clock_type::now() + 10s, std::move(all));
+                co_await with_timeout(steady_clock_type::now() + patience, std::move(all));
                 RDMA_CHECK(r.got.size() == 80u);
                 for (unsigned i = 0; i < 80; ++i) {
                     EXPECT_EQ(r.got[i], body(i)) << "message " << i;
@@ -349,7 +349,7 @@ TEST(messages, receive_into_hands_messages_over_without_a_future) {
                 r.done.emplace();
                 auto end = r.done->get_future();
                 (void)r.arm();
-                co_await with_timeout(steady_clock_type::now() + 10s, std::move(end));
+                co_await with_timeout(steady_clock_type::now() + patience, std::move(end));
                 EXPECT_TRUE(r.ended);
                 EXPECT_FALSE(r.error);
                 co_await m.close();
@@ -372,7 +372,7 @@ TEST(messages, receive_into_hands_messages_over_without_a_future) {
                 auto failed = r.done->get_future();
                 EXPECT_FALSE(r.arm());
                 m.abort();
-                co_await with_timeout(steady_clock_type::now() + 10s, std::move(failed));
+                co_await with_timeout(steady_clock_type::now() + patience, std::move(failed));
                 EXPECT_TRUE(r.error) << "no error after the abort";
                 EXPECT_TRUE(r.got.empty());
             });

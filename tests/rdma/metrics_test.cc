@@ -153,10 +153,9 @@ TEST(rdma_metrics, an_unread_stream_makes_the_writer_wait_for_credits) {
         std::string data(total, 'x');
         net::output_stream out = client.output();
         future<> written = out.write(data).then([&out] { return out.flush(); });
-        for (int i = 0; i < 50 && metric_values()["shoal_rdma_credit_stalls_total"] == stalls; ++i) {
-            co_await sleep(10ms);
-        }
-        EXPECT_GT(metric_values()["shoal_rdma_credit_stalls_total"], stalls);
+        EXPECT_TRUE(co_await eventually([&] {
+            return metric_values()["shoal_rdma_credit_stalls_total"] > stalls;
+        })) << "the writer never stalled for credits";
         net::input_stream in = server_side.connection.input();
         net::temporary_buffer got = co_await in.read_exactly(total);
         EXPECT_EQ(got.size(), total);

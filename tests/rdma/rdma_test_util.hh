@@ -30,6 +30,12 @@ inline constexpr bool sanitized_build = true;
 inline constexpr bool sanitized_build = false;
 #endif
 
+/// How long a test waits for something that is not its subject (a connection set up, a state
+/// polled for, a peer's reply): generous enough for the sanitizer build in the emulated guest on
+/// a busy 2-core host, where work takes tens of times longer than in the release build natively.
+/// A wait that reaches it is a failure (a hang), never a measurement.
+inline constexpr std::chrono::milliseconds patience = 90s;
+
 /// The RDMA environment (SHOAL_RDMA_*); fails the test when it is not usable.
 inline const shoal::testing::rdma_test_env& env() {
     static shoal::testing::rdma_test_env e = shoal::testing::rdma_test_env::from_environment();
@@ -46,7 +52,8 @@ inline rdma::options test_options() {
     o.recv_buffer_size = size_t(16) << 10;
     o.srq_size = 2048;
     o.cq_size = 2048;
-    o.connection.connect_timeout = 10s;
+    o.connection.resolve_timeout = patience;
+    o.connection.connect_timeout = patience;
     return o;
 }
 
@@ -162,7 +169,7 @@ inline future<size_t> read_pattern(net::input_stream& in, size_t size, unsigned 
 
 /// Polls `cond` every millisecond until it holds or `timeout` passes; returns whether it held.
 template <typename Cond>
-future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = 5000ms) {
+future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = patience) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!cond()) {
         if (std::chrono::steady_clock::now() > deadline) {
@@ -180,7 +187,7 @@ inline uint64_t buffers_held() {
 }
 
 /// Waits until no connection is left on any shard.
-inline future<bool> all_connections_gone(std::chrono::milliseconds timeout = 5000ms) {
+inline future<bool> all_connections_gone(std::chrono::milliseconds timeout = patience) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         uint64_t n = 0;

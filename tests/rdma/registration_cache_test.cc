@@ -15,7 +15,7 @@ namespace {
 /// READs `r` into fresh pool memory over `c`; returns the bytes.
 future<std::string> read_back(rdma::connection& c, rdma::remote_region r) {
     rdma::buffer dst = rdma::shard_context::local().pool().allocate(r.length);
-    co_await with_timeout(steady_clock_type::now() + 10s, c.read(rdma::span_of(dst, 0, r.length), r, 0));
+    co_await with_timeout(steady_clock_type::now() + patience, c.read(rdma::span_of(dst, 0, r.length), r, 0));
     co_return std::string(dst.data(), r.length);
 }
 

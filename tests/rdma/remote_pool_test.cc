@@ -135,7 +135,7 @@ TEST(remote_pool, lease_write_read_release_on_the_one_sided_group) {
             EXPECT_EQ(check_pattern(dst.data(), 4096, 20), SIZE_MAX);
             p.close();
         });
-        bool back = co_await eventually([&] { return at_baseline(ps.stats()); }, 10000ms);
+        bool back = co_await eventually([&] { return at_baseline(ps.stats()); });
         EXPECT_TRUE(back) << "regions " << ps.stats().regions << ", clients " << ps.stats().clients;
         EXPECT_EQ(ps.stats().leases, 2u);
         EXPECT_EQ(ps.stats().releases, 1u);
@@ -188,16 +188,17 @@ TEST(remote_pool, quota_watermark_and_bad_requests_refuse_clearly_and_keep_the_c
             // A leaves: its two regions are reclaimed, B keeps its two.
             pa.close();
             bool reclaimed = false;
-            for (int i = 0; i < 2000 && !reclaimed; ++i) {
+            for (auto until = std::chrono::steady_clock::now() + patience;
+                 !reclaimed && std::chrono::steady_clock::now() < until;) {
                 reclaimed = co_await submit_to(0, [ps] { return ps->stats().clients == 1; });
                 co_await sleep(5ms);
             }
-            EXPECT_TRUE(reclaimed) << "client A still served 10 s after it closed";
+            EXPECT_TRUE(reclaimed) << "client A still served long after it closed";
             EXPECT_EQ(cb.leases().size(), 2u);
             co_await cb.lease(1 << 20); // room again under the watermark
             pb.close();
         });
-        bool back = co_await eventually([&] { return at_baseline(ps.stats()); }, 10000ms);
+        bool back = co_await eventually([&] { return at_baseline(ps.stats()); });
         EXPECT_TRUE(back) << "regions " << ps.stats().regions << ", clients " << ps.stats().clients;
         const auto& s = ps.stats();
         EXPECT_EQ(s.quota_refusals, 1u);
@@ -220,15 +221,15 @@ TEST(remote_pool, killed_lease_holder_is_reclaimed) {
         EXPECT_TRUE(at_baseline(baseline));
         pid_t pid = spawn_peer_process("holder", a.to_string());
         // The holder leases three regions and writes into them, then waits to be killed.
-        bool holding = co_await eventually(
-            [&] { return ps.stats().regions == 3 && ps.stats().data_connections == 2; }, 60000ms);
+        bool holding =
+            co_await eventually([&] { return ps.stats().regions == 3 && ps.stats().data_connections == 2; });
         EXPECT_TRUE(holding) << "regions " << ps.stats().regions;
         co_await sleep(100ms); // let its writes run
         kill(pid, SIGKILL);
         int status = 0;
         waitpid(pid, &status, 0);
         EXPECT_TRUE(WIFSIGNALED(status));
-        bool back = co_await eventually([&] { return at_baseline(ps.stats()); }, 20000ms);
+        bool back = co_await eventually([&] { return at_baseline(ps.stats()); });
         EXPECT_TRUE(back) << "regions " << ps.stats().regions << ", bytes " << ps.stats().leased_bytes
                           << ", clients " << ps.stats().clients << ", data connections "
                           << ps.stats().data_connections;

@@ -85,7 +85,8 @@ struct fan_in_side {
 future<std::string> receive_checked(fan_in_side& side, std::vector<uint32_t>& next, uint32_t total) {
     std::string first_error;
     for (uint32_t k = 0; k < total; ++k) {
-        rdma::fan_in_message m = co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
+        rdma::fan_in_message m =
+            co_await with_timeout(steady_clock_type::now() + patience, side.fan.receive());
         RDMA_CHECK(m.producer < next.size());
         uint32_t seq = next[m.producer]++;
         std::string e = check_record(m, seq, record_size(m.producer, seq));
@@ -277,7 +278,7 @@ void dead_producer_does_not_wedge(bool poll) {
         std::string first_error;
         for (uint32_t k = 0; k < 4100; ++k) {
             rdma::fan_in_message m =
-                co_await with_timeout(steady_clock_type::now() + 60s, side.fan.receive());
+                co_await with_timeout(steady_clock_type::now() + patience, side.fan.receive());
             uint32_t seq = next[m.producer]++;
             std::string e = check_record(m, seq, record_size(m.producer, seq));
             if (!e.empty() && first_error.empty()) {

@@ -73,7 +73,7 @@ TEST(stream_abort, aborted_reads_fail_at_once_and_lose_no_bytes) {
     int rc = run_rdma(2, []() -> future<> {
         server_end e = co_await accept_from_shard_1();
         net::input_stream& in = e.in;
-        const auto bound = steady_clock_type::now() + 10s; // every wait below; a hang fails here
+        const auto bound = steady_clock_type::now() + patience; // every wait below; a hang fails here
 
         // read(as): pending, then aborted: fails with the reason; the bytes sent later are
         // read by the next (plain) read.
@@ -142,7 +142,7 @@ TEST(stream_abort, the_transport_connect_is_abortable) {
         const auto a = addr(next_port());
         net::transport t = net::make_transport("rdma");
         net::server_socket srv = t.listen(a, {});
-        const auto bound = steady_clock_type::now() + 10s;
+        const auto bound = steady_clock_type::now() + patience;
         // Aborted while it resolves the address: fails with the reason, frees what it made.
         {
             abort_source as;
@@ -183,7 +183,7 @@ TEST(stream_abort, an_idle_output_stream_holds_no_pool_memory) {
     int rc = run_rdma(2, []() -> future<> {
         server_end e = co_await accept_from_shard_1();
         net::input_stream& in = e.in;
-        const auto bound = steady_clock_type::now() + 20s;
+        const auto bound = steady_clock_type::now() + patience;
         // A burst of small and large writes from shard 1, read here; then both sides idle.
         constexpr size_t total = 200 * 1000 + 3 * 100000;
         auto burst = submit_to(1, []() -> future<> {

@@ -310,7 +310,7 @@ TEST(rpc_rdma_path, a_message_of_several_frames_is_split_and_checked) {
         std::map<uint64_t, int32_t> replies;
         while (replies.size() < 3) {
             std::optional<net::temporary_buffer> msg =
-                co_await with_timeout(steady_clock_type::now() + 10s, m.receive());
+                co_await with_timeout(steady_clock_type::now() + rpc_test::patience, m.receive());
             if (!msg) {
                 ADD_FAILURE() << "the server closed after " << replies.size() << " replies";
                 break;
@@ -328,10 +328,9 @@ TEST(rpc_rdma_path, a_message_of_several_frames_is_split_and_checked) {
         EXPECT_EQ(replies, (std::map<uint64_t, int32_t>{{1, 1001}, {2, 1002}, {3, 1003}}));
         const uint64_t errors = fx.server.stats().protocol_errors;
         co_await m.send(request(4, 4), net::temporary_buffer::copy_of(std::string_view("garbage!!")));
-        EXPECT_TRUE(
-            co_await eventually([&] { return fx.server.stats().protocol_errors == errors + 1; }, 5000ms))
+        EXPECT_TRUE(co_await eventually([&] { return fx.server.stats().protocol_errors == errors + 1; }))
             << "a message with 9 bytes after its frame was taken";
-        EXPECT_TRUE(co_await eventually([&] { return fx.server.stats().connections_open == 0; }, 5000ms));
+        EXPECT_TRUE(co_await eventually([&] { return fx.server.stats().connections_open == 0; }));
         m.abort();
         co_await fx.stop();
     });
@@ -367,7 +366,7 @@ TEST(rpc_rdma_path, large_attachments_round_trip_by_read) {
         EXPECT_TRUE(s.view() == small);
         EXPECT_EQ(link_stats().remote_bodies_received, before.remote_bodies_received);
         // The last release (of the reply) follows the reply itself.
-        EXPECT_TRUE(co_await eventually([] { return link_stats().exports_held == 0; }, 5000ms))
+        EXPECT_TRUE(co_await eventually([] { return link_stats().exports_held == 0; }))
             << link_stats().exports_held << " exports still held";
         co_await fx.stop();
     });
@@ -444,7 +443,7 @@ TEST(rpc_rdma_path, large_bodies_in_flight_together_reach_their_calls) {
             EXPECT_EQ(after.remote_bodies_received - before.remote_bodies_received, 16u);
             EXPECT_GT(after.parallel_reads - before.parallel_reads, 0u) << "no two bodies were READ at once";
         }
-        EXPECT_TRUE(co_await eventually([] { return link_stats().exports_held == 0; }, 5000ms))
+        EXPECT_TRUE(co_await eventually([] { return link_stats().exports_held == 0; }))
             << link_stats().exports_held << " exports still held";
         co_await fx.stop();
     });
@@ -467,7 +466,7 @@ TEST(rpc_rdma_path, receiver_dying_mid_read_frees_the_senders_hold) {
         f.header.encode(f.head.get_write());
         co_await m.send(std::move(f.head));
         std::optional<net::temporary_buffer> reply =
-            co_await with_timeout(steady_clock_type::now() + 10s, m.receive());
+            co_await with_timeout(steady_clock_type::now() + rpc_test::patience, m.receive());
         if (!reply || reply->size() < rpc::frame_header::size + 24) {
             ADD_FAILURE() << "no descriptor message";
             co_await fx.stop();
@@ -493,9 +492,9 @@ TEST(rpc_rdma_path, receiver_dying_mid_read_frees_the_senders_hold) {
         } catch (...) {
         }
         m.abort();
-        EXPECT_TRUE(co_await eventually([&] { return link_stats().exports_held == held_before; }, 5000ms))
+        EXPECT_TRUE(co_await eventually([&] { return link_stats().exports_held == held_before; }))
             << "the server still holds " << link_stats().exports_held - held_before << " exports";
-        EXPECT_TRUE(co_await eventually([&] { return fx.server.stats().connections_open == 0; }, 5000ms));
+        EXPECT_TRUE(co_await eventually([&] { return fx.server.stats().connections_open == 0; }));
         co_await fx.stop();
     });
 }
