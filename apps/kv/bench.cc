@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <unistd.h>
@@ -425,7 +426,7 @@ future<> cache_connection(net::socket_address addr, const kv_bench_options& o, c
             std::string_view key = key_name(buf, k);
             req += "set ";
             req += key;
-            req += fmt::format(" 0 0 {}\r\n", values.size_of(k));
+            fmt::format_to(std::back_inserter(req), " 0 0 {}\r\n", values.size_of(k));
             values.append(req, k, key);
             req += "\r\n";
         }
