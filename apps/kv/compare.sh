@@ -78,7 +78,10 @@ PY
                     mport=$(free_port "$sport")
                     memcached -l 127.0.0.1 -p "$mport" -U 0 -t "$t" -m "$mem" -c 1024 "${user[@]}" &
                     mpid=$!
-                    "$build/apps/kv/shoal-kv" -l 127.0.0.1 -p "$sport" -m "$mem" -c 1024 --smp "$t" >/dev/null 2>&1 &
+                    # --no-pin: the scheduler places shoal-kv's shards as it places memcached's threads
+                    # (a shard pinned to a core a build keeps busy would only make the cell slow).
+                    "$build/apps/kv/shoal-kv" -l 127.0.0.1 -p "$sport" -m "$mem" -c 1024 --smp "$t" --no-pin \
+                        >/dev/null 2>&1 &
                     spid=$!
                     # shellcheck disable=SC2064
                     trap "kill $spid $mpid 2>/dev/null || true; rm -f '$results' '$log'" EXIT
