@@ -1,12 +1,16 @@
 // shoal-kv-bench: a load generator speaking memcached's text protocol.
 //
-//   shoal-kv-bench [--host 127.0.0.1] [--port 11211] [--keys 10000] [--value-size 32 | 32-1024]
+//   shoal-kv-bench [--host 127.0.0.1] [--port 11211] [--keys 10000] [--key-dist uniform | zipf:0.9]
+//                  [--value-size 32 | 32-1024 | 100:0.5,1000:0.3,10000:0.2]
+//                  [--mode mixed | cache] [--requests 100000] [--warmup-max 4] [--seed 1] [--no-probe]
 //                  [--get-ratio 0.9] [--multiget 1] [--connections 16] [--pipeline 1]
 //                  [--duration 2] [--warmup 0.3] [--json] [--svg FILE]
 //                  [--targets shoal=127.0.0.1:11211@PID,memcached=127.0.0.1:11311@PID] [--repeat 3]
 //                  [--transport tcp|rdma] [--no-location-cache] [--inline-put-max N]
 //                  [--inline-get-max N] [--time-gets] [--zero-copy]
 // With --transport rdma the port is shoal-kv's --rdma-port and the host its RDMA address.
+// --mode cache is a look-aside cache client (get; on a miss, set): it reports the hit ratio,
+// evictions (the server's `stats`) and the server's RSS (with --pid or name=host:port@PID).
 
 #include "apps/common/metrics.hh"
 #include "apps/common/svg_chart.hh"
@@ -59,16 +63,14 @@ kv_bench_options options_from(const app& a) {
     }
     o.time_gets = a.has("time-gets");
     o.zero_copy = a.has("zero-copy");
-    o.keys = unsigned(a.get_size("keys"));
-    std::string vs = a.get("value-size");
-    if (auto dash = vs.find('-'); dash != std::string::npos) {
-        o.value_min = size_t(parse_size(vs.substr(0, dash)));
-        o.value_max = size_t(parse_size(vs.substr(dash + 1)));
-    } else {
-        o.value_min = o.value_max = size_t(parse_size(vs));
+    const uint64_t keys = a.get_size("keys");
+    if (keys == 0 || keys > UINT32_MAX) {
+        throw std::invalid_argument(fmt::format("--keys {}: expected 1..{}", keys, UINT32_MAX));
     }
-    if (o.keys == 0 || o.value_max < o.value_min || o.value_max > (1 << 20) - 512) {
-        throw std::invalid_argument("--keys must be > 0 and --value-size MIN-MAX within 0..1M-512");
+    o.keys = key_distribution::parse(a.get("key-dist"), keys);
+    o.values = size_distribution::parse(a.get("value-size"));
+    if (o.values.max() > (1 << 20) - 512) {
+        throw std::invalid_argument("--value-size: values up to 1M-512 bytes");
     }
     o.get_ratio = number_of(a, "get-ratio", 0, 1);
     o.multiget = unsigned(a.get_size("multiget"));
@@ -80,6 +82,21 @@ kv_bench_options options_from(const app& a) {
     o.preload = !a.has("no-preload");
     if (o.multiget == 0 || o.connections == 0 || o.pipeline == 0) {
         throw std::invalid_argument("--multiget, --connections and --pipeline must be at least 1");
+    }
+    if (a.get("mode") == "cache") {
+        o.mode = kv_mode::cache;
+        if (o.transport != kv_transport::tcp || o.multiget != 1 || o.repeat > 1) {
+            throw std::invalid_argument("--mode cache needs --transport tcp, --multiget 1 and --repeat 1");
+        }
+    } else if (a.get("mode") != "mixed") {
+        throw std::invalid_argument("--mode '" + a.get("mode") + "': mixed or cache");
+    }
+    o.requests = a.get_size("requests");
+    o.seed = a.get_size("seed");
+    o.warmup_max = number_of(a, "warmup-max", 0, 1000);
+    o.probe = !a.has("no-probe");
+    if (o.requests == 0) {
+        throw std::invalid_argument("--requests must be at least 1");
     }
     if (o.zero_copy && (o.transport != kv_transport::rdma || o.multiget != 1)) {
         throw std::invalid_argument("--zero-copy needs --transport rdma and --multiget 1");
@@ -141,10 +158,24 @@ int main(int argc, char** argv) {
     app a("shoal-kv-bench", "load generator for memcached-protocol servers (shoal-kv, memcached)");
     a.add_option("host", "server address", "127.0.0.1");
     a.add_option("port", "server port", "11211");
-    a.add_option("pid", "the server's process id: report its CPU per operation");
+    a.add_option("pid", "the server's process id: report its CPU per operation (cache: its RSS)");
     a.add_option("targets", "several servers, name=host:port[@pid],...; measured one after the other");
-    a.add_option("keys", "key space (uniformly chosen keys)", "10000");
-    a.add_option("value-size", "value bytes: N or MIN-MAX (uniform)", "32");
+    a.add_option("keys", "key space: key:00000000 ... (N keys)", "10000");
+    a.add_option("key-dist", "key popularity: uniform or zipf:S (S in (0, 10], e.g. zipf:0.9)", "uniform");
+    a.add_option("value-size",
+                 "value bytes: N, MIN-MAX (uniform) or SIZE:WEIGHT,... (e.g. 100:0.5,1000:0.3,10000:0.2)",
+                 "32");
+    a.add_option("mode",
+                 "mixed (gets and sets by --get-ratio, keys preloaded) or cache (get; set on a miss; hits "
+                 "checked byte for byte; reports hit ratio, evictions, RSS)",
+                 "mixed");
+    a.add_option("requests", "cache: measured gets (over all connections), after the warm-up", "100000");
+    a.add_option("warmup-max",
+                 "cache: warm up until a whole round of gets ran on an evicting cache, at most this many "
+                 "times --keys gets",
+                 "4");
+    a.add_option("seed", "cache: keys, value sizes and value bytes follow from it", "1");
+    a.add_flag("no-probe", "cache: do not ask for every key's size after the run (live items and bytes)");
     a.add_option("get-ratio", "share of gets (0..1)", "0.9");
     a.add_option("multiget", "keys per get", "1");
     a.add_option("connections", "connections (spread over the client's shards)", "16");
@@ -203,7 +234,11 @@ int main(int argc, char** argv) {
                 }
                 uint64_t errors = 0;
                 for (const auto& r : results) {
-                    errors += r.errors;
+                    errors += r.errors + r.cache.wrong_values;
+                    if (r.cache.wrong_values) {
+                        std::fprintf(stderr, "shoal-kv-bench: %s: %llu hits with a wrong value\n",
+                                     r.target.c_str(), static_cast<unsigned long long>(r.cache.wrong_values));
+                    }
                 }
                 co_return errors ? 1 : 0;
             });

@@ -37,7 +37,10 @@ reply_info next_reply(std::string_view in, bool multi_line) noexcept {
         if (in.size() < after + len + 2) {
             return reply_info{};
         }
-        ++r.values;
+        if (r.values++ == 0) {
+            r.value_at = after;
+            r.value_len = len;
+        }
         pos = after + len + 2;
     }
 }
