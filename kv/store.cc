@@ -421,7 +421,7 @@ bool store::evict_from(unsigned cls) noexcept {
     return true;
 }
 
-bool store::make_room(unsigned cls) noexcept {
+bool store::make_room(unsigned cls, item** spilled) noexcept {
     // Class `cls` has no chunk to give. Memory under the limit comes first.
     if (add_page(cls)) {
         return true;
@@ -442,7 +442,18 @@ bool store::make_room(unsigned cls) noexcept {
             spare = i;
         }
     }
-    if (spare != _classes.size() && move_page(spare, cls)) {
+    if (spare != _classes.size()) {
+        uint32_t page = pick_page(_classes[spare]);
+        if (page != no_page && move_page(spare, cls, page, false)) {
+            return true;
+        }
+    }
+    // Then a ready chunk of a larger class (the item lives in that class), then a page emptied
+    // into larger classes' chunks.
+    if ((*spilled = take_larger(cls, cls))) {
+        return true;
+    }
+    if (move_sparse_page(cls)) {
         return true;
     }
     // Memory is full: evict in (approximately) one LRU order over all classes. The class whose
@@ -465,7 +476,7 @@ bool store::make_room(unsigned cls) noexcept {
     // Then the classes in age order, while a page of theirs is held by a reference or the
     // allocation's own item; then `cls`'s own tail; then any class at all.
     for (; oldest < _classes.size(); oldest = oldest_class(cls, tried, true)) {
-        if (move_page(oldest, cls)) {
+        if (move_any_page(oldest, cls)) {
             return true;
         }
         tried.set(oldest);
@@ -475,7 +486,7 @@ bool store::make_room(unsigned cls) noexcept {
     }
     for (oldest = oldest_class(cls, tried, false); oldest < _classes.size();
          oldest = oldest_class(cls, tried, false)) {
-        if (move_page(oldest, cls)) {
+        if (move_any_page(oldest, cls)) {
             return true;
         }
         tried.set(oldest);
@@ -533,8 +544,18 @@ bool store::page_movable(const slab_class& v, uint32_t page) const noexcept {
 }
 
 uint32_t store::pick_page(const slab_class& v) const noexcept {
-    // The page with the fewest chunks in use (the fewest items to move) that nothing holds.
+    // The page with the fewest chunks in use (the fewest items to move) that nothing holds. The
+    // fewest first, checked alone: checking a page for references reads its chunk headers.
     uint32_t best = no_page;
+    for (uint32_t p : v.pages) {
+        if (best == no_page || _page_table[p].used < _page_table[best].used) {
+            best = p;
+        }
+    }
+    if (best == no_page || page_movable(v, best)) {
+        return best;
+    }
+    best = no_page;
     for (uint32_t p : v.pages) {
         if ((best == no_page || _page_table[p].used < _page_table[best].used) && page_movable(v, p)) {
             best = p;
@@ -574,21 +595,38 @@ void store::strip_free_chunks(slab_class& v, uint32_t page) noexcept {
     *link_to = nullptr;
 }
 
-void store::relocate(slab_class& v, item* it) noexcept {
-    // Into a chunk of another page of the same class: the same bytes, the same CAS unique, its
-    // place in the hash chain and in the LRU. A remote reader's location of the old record
-    // stops validating (the record is invalidated) and it asks the server again.
-    item* n = take_chunk(v, true);
-    assert(n && n->page() != it->page());
+void store::relocate(slab_class& v, item* it, item* n) noexcept {
+    // Into chunk `n` of another page of the same class, or of a larger class (which then holds
+    // it): the same bytes, the same CAS unique, its place in the hash chain and (in its class)
+    // in the LRU. A remote reader's location of the old record stops validating (the record is
+    // invalidated) and it asks the server again.
     uint32_t page = n->page();
+    uint8_t cls = n->cls;
     std::memcpy(static_cast<void*>(n), it, chunk_need(it->key_len, it->value_len));
     n->set_page(page);
+    n->cls = cls;
     item** slot = nullptr;
     [[maybe_unused]] item* found = find(it->key(), hash_key(it->key()), &slot);
     assert(found == it);
     *slot = n;
-    (n->prev ? n->prev->next : v.lru_head) = n;
-    (n->next ? n->next->prev : v.lru_tail) = n;
+    if (cls == it->cls) {
+        (n->prev ? n->prev->next : v.lru_head) = n;
+        (n->next ? n->next->prev : v.lru_tail) = n;
+    } else {
+        lru_unlink(it);
+        slab_class& t = _classes[cls];
+        uint64_t size = item::memcached_size(it->key_len, it->value_len);
+        v.mem_requested -= size;
+        t.mem_requested += size;
+        if (t.lru_tail && n->time <= t.lru_tail->time) {
+            n->prev = t.lru_tail; // older than all of the class: its tail
+            n->next = nullptr;
+            t.lru_tail->next = n;
+            t.lru_tail = n;
+        } else {
+            lru_push(n);
+        }
+    }
     if (_cfg.remote_readable) {
         record::invalidate(it);
     }
@@ -598,17 +636,32 @@ void store::relocate(slab_class& v, item* it) noexcept {
     ++_stats.slab_reassign_rescues;
 }
 
-bool store::move_page(unsigned from, unsigned to) noexcept {
-    // memcached's slab rebalancer, done at once: class `from` gives class `to` one page. Its
-    // coldest items are evicted until its other pages can hold every chunk in use, then the
-    // page's remaining (hotter) items are moved into them, so the LRU order decides what goes.
-    slab_class& v = _classes[from];
-    uint32_t page = pick_page(v);
-    if (page == no_page) {
-        return false;
+item* store::take_larger(unsigned cls, unsigned except) noexcept {
+    // The smallest larger class with a chunk ready (free, uncarved, or past its grace period).
+    for (unsigned j = cls + 1; j < _classes.size(); ++j) {
+        if (j == except || _classes[j].pages.empty()) {
+            continue;
+        }
+        if (item* it = take_chunk(_classes[j], false)) {
+            it->cls = uint8_t(j);
+            return it;
+        }
     }
+    return nullptr;
+}
+
+size_t store::ready_chunks(const slab_class& c) const noexcept {
+    return c.free_count + (c.carve ? size_t(c.carve_end - c.carve) / c.chunk_size : 0);
+}
+
+bool store::move_page(unsigned from, unsigned to, uint32_t page, bool spill) noexcept {
+    // memcached's slab rebalancer, done at once: class `from` gives class `to` one page. Unless
+    // `spill`, its coldest items are evicted until its other pages can hold every chunk in use;
+    // then the page's remaining (hotter) items are moved into them (with `spill`, into larger
+    // classes' ready chunks as well), so the LRU order decides what goes.
+    slab_class& v = _classes[from];
     size_t keep = (v.pages.size() - 1) * v.per_page;
-    while (v.used > keep) {
+    while (!spill && v.used > keep) {
         uint64_t before = _stats.evictions;
         if (!evict_from(from)) {
             return false; // the tail is held: nothing was moved
@@ -625,7 +678,14 @@ bool store::move_page(unsigned from, unsigned to) noexcept {
     for (char* p = base; p + v.chunk_size <= end && _page_table[page].used; p += v.chunk_size) {
         item* it = reinterpret_cast<item*>(p);
         if (it->state & item::linked) {
-            relocate(v, it);
+            item* n = take_chunk(v, true);
+            if (n) {
+                n->cls = uint8_t(from);
+            } else {
+                n = take_larger(from, to);
+            }
+            assert(n && n->page() != page);
+            relocate(v, it, n);
         }
     }
     assert(_page_table[page].used == 0);
@@ -640,6 +700,35 @@ bool store::move_page(unsigned from, unsigned to) noexcept {
     return true;
 }
 
+bool store::move_sparse_page(unsigned cls) noexcept {
+    // No class has a page of free chunks, but pages are only partly used (a class with few
+    // items still holds a whole page): the page with the fewest items whose items fit in free
+    // chunks of their class or of larger classes moves, those items moved up. Memory is used
+    // before anything is evicted.
+    size_t ready_above = 0; // ready chunks of classes above i (not `cls`)
+    unsigned best_cls = unsigned(_classes.size());
+    uint32_t best = no_page;
+    for (unsigned i = unsigned(_classes.size()); i-- > 0;) {
+        const slab_class& v = _classes[i];
+        if (i != cls && !v.pages.empty()) {
+            uint32_t p = v.pages.front();
+            for (uint32_t q : v.pages) {
+                p = _page_table[q].used < _page_table[p].used ? q : p;
+            }
+            size_t used = _page_table[p].used;
+            size_t free_outside = v.pages.size() * v.per_page - v.used - (v.per_page - used);
+            if (used <= free_outside + ready_above && (best == no_page || used < _page_table[best].used)) {
+                best = p;
+                best_cls = i;
+            }
+        }
+        if (i != cls) {
+            ready_above += ready_chunks(v);
+        }
+    }
+    return best != no_page && page_movable(_classes[best_cls], best) && move_page(best_cls, cls, best, true);
+}
+
 item* store::allocate(size_t key_len, size_t value_len) noexcept {
     unsigned cls = class_of(chunk_need(key_len, value_len));
     if (cls >= _classes.size()) {
@@ -652,8 +741,12 @@ item* store::allocate(size_t key_len, size_t value_len) noexcept {
             it->cls = uint8_t(cls);
             return it;
         }
-        if (!make_room(cls)) {
+        item* spilled = nullptr;
+        if (!make_room(cls, &spilled)) {
             break;
+        }
+        if (spilled) {
+            return spilled;
         }
     }
     if (item* it = take_chunk(c, true)) {

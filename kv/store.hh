@@ -205,12 +205,19 @@ private:
     item* take_chunk(slab_class& c, bool early) noexcept;
     size_t chunk_need(size_t key_len, size_t value_len) const noexcept;
     bool add_page(unsigned cls) noexcept;
-    bool make_room(unsigned cls) noexcept;
+    bool make_room(unsigned cls, item** spilled) noexcept;
     unsigned oldest_class(unsigned cls, const std::bitset<256>& tried, bool keep_last_pages) const noexcept;
-    bool move_page(unsigned from, unsigned to) noexcept;
+    bool move_page(unsigned from, unsigned to, uint32_t page, bool spill) noexcept;
+    bool move_any_page(unsigned from, unsigned to) noexcept {
+        uint32_t page = pick_page(_classes[from]);
+        return page != no_page && move_page(from, to, page, false);
+    }
+    bool move_sparse_page(unsigned cls) noexcept;
+    item* take_larger(unsigned cls, unsigned except) noexcept;
+    size_t ready_chunks(const slab_class& c) const noexcept;
     uint32_t pick_page(const slab_class& v) const noexcept;
     void strip_free_chunks(slab_class& v, uint32_t page) noexcept;
-    void relocate(slab_class& v, item* it) noexcept;
+    void relocate(slab_class& v, item* it, item* n) noexcept;
     bool evict_from(unsigned cls) noexcept;
     bool page_movable(const slab_class& v, uint32_t page) const noexcept;
     char* carved_end(const slab_class& v, uint32_t page) const noexcept;
