@@ -416,7 +416,7 @@ TEST(kv_store, a_nearly_empty_store_evicts_nothing) {
         n = 32 + rng() % (16 << 10);
     }
     auto key_of = [](int k) { return "key" + std::to_string(k); };
-    for (int round = 0; round < 1000; ++round) {
+    for (int round = 0; round < 400; ++round) {
         for (int j = 0; j < 24; ++j) {
             int k = int(rng() % keys);
             if (get(*s, key_of(k)) == "<miss>") {
@@ -432,7 +432,7 @@ TEST(kv_store, a_nearly_empty_store_evicts_nothing) {
             int k = (first + j) % keys;
             ASSERT_EQ(get(*s, key_of(k)), value_of(key_of(k), 0, size[k])) << "round " << round;
         }
-        if (round % 50 == 0) {
+        if (round % 20 == 0) {
             s->set_time(s->now() + 1);
         }
     }
@@ -570,12 +570,12 @@ TEST(kv_store, randomized_against_a_model_under_memory_pressure) {
             EXPECT_EQ(requested, bytes);
             EXPECT_LE(s->stats().total_malloced, uint64_t(6) << 20);
         };
-        for (int op = 0; op < 20000; ++op) {
+        for (int op = 0; op < 10000; ++op) {
             std::string k = key_of(int(rng() % keys));
             uint64_t h = hash_key(k);
             unsigned what = unsigned(rng() % 100);
             if (what < 50) {
-                size_t n = rng() % 8 == 0 ? mixed_size(rng, 16 << 10, 400 << 10) : mixed_size(rng, 1, 4000);
+                size_t n = rng() % 8 == 0 ? mixed_size(rng, 16 << 10, 300 << 10) : mixed_size(rng, 1, 4000);
                 std::string v = value_of(k, uint64_t(op), n);
                 ASSERT_EQ(put(*s, k, v), store_result::stored) << "op " << op << ", " << n << " bytes";
                 model[k] = v;
@@ -621,11 +621,11 @@ TEST(kv_store, randomized_against_a_model_under_memory_pressure) {
                 ASSERT_EQ(it->value(), v) << "a held item's bytes never change";
                 s->unref(it);
             }
-            if (op % 500 == 0) {
+            if (op % 250 == 0) {
                 s->set_time(s->now() + 1);
                 s->advance_epoch();
             }
-            if (op % 2000 == 0) {
+            if (op % 1000 == 0) {
                 walk();
             }
         }
