@@ -465,11 +465,12 @@ bool store::make_room(unsigned cls, item** spilled) noexcept {
     tried.set(cls);
     unsigned oldest = oldest_class(cls, tried, true);
     // "About the oldest": another class pays only when its tail is clearly older (an eighth and
-    // a second), so that classes of similar age do not trade pages back and forth; and the most
-    // recent item of `cls` (its only one) is not evicted while another class can give.
+    // a second), so that classes of similar age do not trade pages back and forth; but the only
+    // item of `cls` goes only when it is older than the other class's tail.
     uint32_t own_age = tail_age(c);
-    bool other_older = oldest < _classes.size() && (!c.lru_tail || c.lru_tail == c.lru_head ||
-                                                    tail_age(_classes[oldest]) > own_age + own_age / 8 + 1);
+    uint32_t other_age = oldest < _classes.size() ? tail_age(_classes[oldest]) : 0;
+    bool other_older = oldest < _classes.size() && (!c.lru_tail || other_age > own_age + own_age / 8 + 1 ||
+                                                    (c.lru_tail == c.lru_head && other_age >= own_age));
     if (!other_older && evict_from(cls)) {
         return true;
     }
