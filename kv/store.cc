@@ -202,7 +202,8 @@ void store::set_exptime(item* it, int64_t exptime) noexcept {
 }
 
 void store::bump(item* it) noexcept {
-    it->state |= item::fetched;
+    // A second read marks it active (memcached's rule): it gets a second chance at the tail.
+    it->state |= (it->state & item::fetched) ? item::active : item::fetched;
     it->time = _now;
     if (_classes[it->cls].lru_head != it) {
         lru_unlink(it);
@@ -390,6 +391,17 @@ uint32_t store::tail_age(const slab_class& c) const noexcept {
 
 bool store::evict_from(unsigned cls) noexcept {
     slab_class& c = _classes[cls];
+    // An active tail item (read twice) goes back to the head once, its mark cleared, as
+    // memcached's segmented LRU keeps items read more than once: one-hit items go first.
+    for (int chances = 0; chances < 5; ++chances) {
+        item* t = c.lru_tail;
+        if (!t || t == c.lru_head || !(t->state & item::active) || t == _pinned || t->refs) {
+            break;
+        }
+        t->state &= uint8_t(~item::active);
+        lru_unlink(t);
+        lru_push(t);
+    }
     // Dead items near the tail are reclaimed first, as memcached does; else the tail goes.
     item* victim = nullptr;
     int looked = 0;

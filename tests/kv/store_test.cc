@@ -639,3 +639,34 @@ TEST(kv_store, randomized_against_a_model_under_memory_pressure) {
         EXPECT_EQ(s->stats().store_no_memory, 0u);
     }
 }
+
+TEST(kv_store, an_item_read_twice_gets_a_second_chance_at_the_lru_tail) {
+    // memcached's segmented LRU keeps items read more than once over items read once or never:
+    // here an item read twice that reaches the tail goes back to the head once, and the next
+    // item goes instead.
+    auto s = make_store(2 << 20); // one page
+    auto value = [](std::string_view k) { return value_of(k, 0, 1000); };
+    put(*s, "twice", value("twice"));
+    put(*s, "once", value("once"));
+    int n = 0;
+    while (s->slab_classes()[0].free_chunks > 0) {
+        std::string k = "f" + std::to_string(n++);
+        ASSERT_EQ(put(*s, k, value(k)), store_result::stored);
+    }
+    ASSERT_EQ(s->stats().evictions, 0u);
+    size_t capacity = s->slab_classes()[0].used_chunks;
+    ASSERT_EQ(get(*s, "twice"), value("twice"));
+    ASSERT_EQ(get(*s, "twice"), value("twice"));
+    ASSERT_EQ(get(*s, "once"), value("once"));
+    // `capacity` new items: the fill goes, then "twice" reaches the tail and is kept, "once"
+    // (read once) goes, then the oldest new item.
+    for (size_t i = 0; i < capacity; ++i) {
+        std::string k = "new" + std::to_string(i);
+        ASSERT_EQ(put(*s, k, value(k)), store_result::stored);
+    }
+    EXPECT_EQ(s->stats().evictions, capacity);
+    EXPECT_EQ(s->peek("once", hash_key("once")), nullptr);
+    EXPECT_NE(s->peek("twice", hash_key("twice")), nullptr) << "read twice: a second chance";
+    EXPECT_EQ(s->peek("new0", hash_key("new0")), nullptr);
+    EXPECT_NE(s->peek("new1", hash_key("new1")), nullptr);
+}
