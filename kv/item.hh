@@ -21,12 +21,14 @@ struct item {
     uint32_t value_len;    ///< value bytes
     uint8_t key_len;       ///< key bytes (1..250)
     uint8_t cls;           ///< slab class
-    uint8_t state;         ///< `linked`, `fetched`
-    uint8_t reserved;
-    uint16_t refs; ///< references held by replies in flight (`store::ref`)
+    uint8_t state;         ///< `linked`, `fetched`, `active`
+    uint8_t page_hi;       ///< the store's index of the page holding this chunk, bits 16..23
+    uint16_t refs;         ///< references held by replies in flight (`store::ref`)
+    uint16_t page_lo;      ///< the page index, bits 0..15 (set when the chunk is carved, kept while free)
 
     static constexpr uint8_t linked = 1;  ///< in the hash table and an LRU
     static constexpr uint8_t fetched = 2; ///< read at least once since stored
+    static constexpr uint8_t active = 4;  ///< read again since its last second chance at the LRU tail
 
     /// The key.
     std::string_view key() const noexcept { return {reinterpret_cast<const char*>(this + 1), key_len}; }
@@ -36,6 +38,14 @@ struct item {
     }
     /// The value, writable (in-place incr/decr, filling a new item).
     char* value_data() noexcept { return reinterpret_cast<char*>(this + 1) + key_len; }
+    /// The store's index of the page holding this chunk (store bookkeeping, not part of a record's
+    /// meaning: remote readers ignore it).
+    uint32_t page() const noexcept { return uint32_t(page_hi) << 16 | page_lo; }
+    /// Records the page index of this chunk (below 2^24).
+    void set_page(uint32_t p) noexcept {
+        page_hi = uint8_t(p >> 16);
+        page_lo = uint16_t(p);
+    }
     /// Chunk bytes an item of this key and value needs.
     static size_t chunk_bytes(size_t key_len, size_t value_len) noexcept {
         return sizeof(item) + key_len + value_len;

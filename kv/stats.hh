@@ -37,6 +37,8 @@ namespace shoal::kv {
     X(evictions)                                                                                             \
     X(reclaimed)                                                                                             \
     X(slab_reassigns)                                                                                        \
+    X(slab_reassign_rescues)                                                                                 \
+    X(slab_reassign_evictions_nomem)                                                                         \
     X(total_malloced)                                                                                        \
     X(hash_bytes)
 

@@ -69,6 +69,8 @@ void format_general_stats(const store_stats& s, const connection_stats& c, const
     stat(out, "accepting_conns", 1);
     stat(out, "threads", info.threads);
     stat(out, "hash_bytes", s.hash_bytes);
+    stat(out, "slab_reassign_rescues", s.slab_reassign_rescues);
+    stat(out, "slab_reassign_evictions_nomem", s.slab_reassign_evictions_nomem);
     stat(out, "slabs_moved", s.slab_reassigns);
     stat(out, "bytes", s.bytes);
     stat(out, "curr_items", s.curr_items);

@@ -3,6 +3,7 @@
 #include "kv/record.hh"
 
 #include <algorithm>
+#include <bitset>
 #include <cassert>
 #include <cstring>
 
@@ -68,13 +69,13 @@ store::store(const store_config& cfg, std::unique_ptr<page_source> pages, uint32
     : _cfg(cfg)
     , _pages(std::move(pages))
     , _page_size(_pages->page_size())
-    , _max_pages(std::max<size_t>(1, cfg.memory_limit / _pages->page_size()))
+    , _max_pages(std::clamp<size_t>(cfg.memory_limit / _pages->page_size(), 1, size_t(1) << 24))
     , _now(now)
     , _started(now - 2) {
     assert(_page_size >= page_size_for(cfg));
     double size = double(std::max<size_t>(cfg.min_chunk, sizeof(item) + 8));
     double factor = std::max(cfg.growth_factor, 1.01);
-    while (size <= double(_page_size / 2)) {
+    while (size <= double(_page_size / 2) && _classes.size() < 255) { // an item's class is a byte
         size_t chunk = (size_t(size) + 7) & ~size_t(7);
         if (_classes.empty() || chunk > _classes.back().chunk_size) {
             _classes.emplace_back().chunk_size = chunk;
@@ -85,16 +86,15 @@ store::store(const store_config& cfg, std::unique_ptr<page_source> pages, uint32
     for (auto& c : _classes) {
         c.per_page = _page_size / c.chunk_size;
     }
+    _page_table.reserve(_max_pages); // add_page never allocates
     _table.assign(1024, nullptr);
     _mask = _table.size() - 1;
     _stats.hash_bytes = _table.size() * sizeof(item*);
 }
 
 store::~store() {
-    for (auto& c : _classes) {
-        for (char* p : c.pages) {
-            _pages->free_page(p);
-        }
+    for (const page_info& p : _page_table) {
+        _pages->free_page(p.base);
     }
 }
 
@@ -202,7 +202,8 @@ void store::set_exptime(item* it, int64_t exptime) noexcept {
 }
 
 void store::bump(item* it) noexcept {
-    it->state |= item::fetched;
+    // A second read marks it active (memcached's rule): it gets a second chance at the tail.
+    it->state |= (it->state & item::fetched) ? item::active : item::fetched;
     it->time = _now;
     if (_classes[it->cls].lru_head != it) {
         lru_unlink(it);
@@ -304,6 +305,7 @@ void store::release(item* it) noexcept {
     slab_class& c = _classes[it->cls];
     it->state = 0;
     --c.used;
+    --_page_table[it->page()].used;
     if (_cfg.remote_readable) {
         // A remote reader may still hold its location: reuse it only after the grace period.
         it->time = uint32_t(_epoch);
@@ -340,6 +342,7 @@ item* store::take_chunk(slab_class& c, bool early) noexcept {
         --c.free_count;
     } else if (c.carve && c.carve + c.chunk_size <= c.carve_end) {
         it = reinterpret_cast<item*>(c.carve);
+        it->set_page(c.carve_page);
         c.carve += c.chunk_size;
     } else if (c.quarantine && (early || uint32_t(_epoch) - c.quarantine->time >= _cfg.grace_epochs)) {
         it = c.quarantine;
@@ -354,29 +357,51 @@ item* store::take_chunk(slab_class& c, bool early) noexcept {
     }
     if (it) {
         ++c.used;
+        ++_page_table[it->page()].used;
     }
     return it;
 }
 
 bool store::add_page(unsigned cls) noexcept {
-    if (_pages_used >= _max_pages) {
+    if (_page_table.size() >= _max_pages) {
         return false;
     }
     char* page = _pages->allocate_page();
     if (!page) {
         return false;
     }
-    ++_pages_used;
+    uint32_t id = uint32_t(_page_table.size());
+    _page_table.push_back({page, 0, cls});
     _stats.total_malloced += _page_size;
     slab_class& c = _classes[cls];
-    c.pages.push_back(page);
+    c.pages.push_back(id);
     c.carve = page;
     c.carve_end = page + c.per_page * c.chunk_size;
+    c.carve_page = id;
     return true;
+}
+
+char* store::carved_end(const slab_class& v, uint32_t page) const noexcept {
+    return page == v.carve_page ? v.carve : _page_table[page].base + v.per_page * v.chunk_size;
+}
+
+uint32_t store::tail_age(const slab_class& c) const noexcept {
+    return c.lru_tail && c.lru_tail->time < _now ? _now - c.lru_tail->time : 0;
 }
 
 bool store::evict_from(unsigned cls) noexcept {
     slab_class& c = _classes[cls];
+    // An active tail item (read twice) goes back to the head once, its mark cleared, as
+    // memcached's segmented LRU keeps items read more than once: one-hit items go first.
+    for (int chances = 0; chances < 5; ++chances) {
+        item* t = c.lru_tail;
+        if (!t || t == c.lru_head || !(t->state & item::active) || t == _pinned || t->refs) {
+            break;
+        }
+        t->state &= uint8_t(~item::active);
+        lru_unlink(t);
+        lru_push(t);
+    }
     // Dead items near the tail are reclaimed first, as memcached does; else the tail goes.
     item* victim = nullptr;
     int looked = 0;
@@ -408,58 +433,159 @@ bool store::evict_from(unsigned cls) noexcept {
     return true;
 }
 
-bool store::steal_page(unsigned cls) noexcept {
-    // The memory limit is reached and class `cls` has nothing to evict: move the page of the
-    // oldest item of the class with the most pages (memcached's slab rebalancer, done at once).
-    unsigned victim = unsigned(_classes.size());
+bool store::make_room(unsigned cls, item** spilled) noexcept {
+    // Class `cls` has no chunk to give. Memory under the limit comes first.
+    if (add_page(cls)) {
+        return true;
+    }
+    // Then a class whose free chunks add up to a page gives one up, its live items moved into
+    // its other chunks: memory changes class without evicting anything (the one with the most
+    // free memory gives first).
+    unsigned spare = unsigned(_classes.size());
     size_t most = 0;
     for (unsigned i = 0; i < _classes.size(); ++i) {
-        if (i != cls && _classes[i].pages.size() > most) {
-            most = _classes[i].pages.size();
-            victim = i;
+        const slab_class& v = _classes[i];
+        if (i == cls || v.pages.empty() || (v.pages.size() - 1) * v.per_page < v.used) {
+            continue;
+        }
+        size_t free_bytes = (v.pages.size() * v.per_page - v.used) * v.chunk_size;
+        if (free_bytes > most || spare == _classes.size()) {
+            most = free_bytes;
+            spare = i;
         }
     }
-    if (victim == _classes.size()) {
+    if (spare != _classes.size()) {
+        uint32_t page = pick_page(_classes[spare]);
+        if (page != no_page && move_page(spare, cls, page, false)) {
+            return true;
+        }
+    }
+    // Then a ready chunk of a larger class (the item lives in that class), then a page emptied
+    // into larger classes' chunks.
+    if ((*spilled = take_larger(cls, cls))) {
+        return true;
+    }
+    if (move_sparse_page(cls)) {
+        return true;
+    }
+    // Memory is full: evict in (approximately) one LRU order over all classes. The class whose
+    // LRU tail is the oldest pays: `cls` itself (an eviction), or another class (a page move,
+    // which evicts that class's coldest items and rescues the rest). A class keeps its last page
+    // unless every item in it is older than `cls`'s tail, so no class in use starves.
+    slab_class& c = _classes[cls];
+    std::bitset<256> tried;
+    tried.set(cls);
+    unsigned oldest = oldest_class(cls, tried, true);
+    // "About the oldest": another class pays only when its tail is clearly older (an eighth and
+    // a second), so that classes of similar age do not trade pages back and forth; but the only
+    // item of `cls` goes only when it is older than the other class's tail.
+    uint32_t own_age = tail_age(c);
+    uint32_t other_age = oldest < _classes.size() ? tail_age(_classes[oldest]) : 0;
+    bool other_older = oldest < _classes.size() && (!c.lru_tail || other_age > own_age + own_age / 8 + 1 ||
+                                                    (c.lru_tail == c.lru_head && other_age >= own_age));
+    if (!other_older && evict_from(cls)) {
+        return true;
+    }
+    // Then the classes in age order, while a page of theirs is held by a reference or the
+    // allocation's own item; then `cls`'s own tail; then any class at all.
+    for (; oldest < _classes.size(); oldest = oldest_class(cls, tried, true)) {
+        if (move_any_page(oldest, cls)) {
+            return true;
+        }
+        tried.set(oldest);
+    }
+    if (evict_from(cls)) {
+        return true;
+    }
+    for (oldest = oldest_class(cls, tried, false); oldest < _classes.size();
+         oldest = oldest_class(cls, tried, false)) {
+        if (move_any_page(oldest, cls)) {
+            return true;
+        }
+        tried.set(oldest);
+    }
+    return false;
+}
+
+unsigned store::oldest_class(unsigned cls, const std::bitset<256>& tried,
+                             bool keep_last_pages) const noexcept {
+    const slab_class& c = _classes[cls];
+    unsigned oldest = unsigned(_classes.size());
+    const item* oldest_rep = nullptr;
+    size_t oldest_cost = 0;
+    for (unsigned i = 0; i < _classes.size(); ++i) {
+        const slab_class& v = _classes[i];
+        if (tried[i] || v.pages.empty() || !v.lru_tail) {
+            continue;
+        }
+        // What a move evicts at worst: the tail of a class with pages to spare, every item (the
+        // head's age) of a class with one page, which gives it only if all of them are older.
+        const item* rep = v.pages.size() < 2 ? v.lru_head : v.lru_tail;
+        if (keep_last_pages && v.pages.size() < 2 && c.lru_tail && rep->time >= c.lru_tail->time) {
+            continue;
+        }
+        // Oldest first (whole seconds); within a second, the class that loses the fewest items,
+        // then the one stored longest ago.
+        size_t cost = v.used - std::min(v.used, (v.pages.size() - 1) * v.per_page);
+        if (!oldest_rep || rep->time < oldest_rep->time ||
+            (rep->time == oldest_rep->time &&
+             (cost < oldest_cost || (cost == oldest_cost && rep->cas < oldest_rep->cas)))) {
+            oldest = i;
+            oldest_rep = rep;
+            oldest_cost = cost;
+        }
+    }
+    return oldest;
+}
+
+bool store::page_movable(const slab_class& v, uint32_t page) const noexcept {
+    const char* base = _page_table[page].base;
+    const char* pinned = reinterpret_cast<const char*>(_pinned);
+    if (pinned && pinned >= base && pinned < base + _page_size) {
         return false;
     }
-    slab_class& v = _classes[victim];
-    // The page of the class's LRU tail, else the first page that no allocation in progress
-    // (`_pinned`) and no reply in flight (item references) holds.
-    char* tail = reinterpret_cast<char*>(v.lru_tail);
-    char* pinned = reinterpret_cast<char*>(_pinned);
-    auto movable = [&](char* p) {
-        return !(pinned && pinned >= p && pinned < p + _page_size) && !page_has_refs(v, p);
-    };
-    char* page = nullptr;
-    for (char* p : v.pages) {
-        if (tail && tail >= p && tail < p + _page_size && movable(p)) {
-            page = p;
-            break;
+    if (_refs_held == 0) {
+        return true;
+    }
+    char* end = carved_end(v, page);
+    for (const char* p = base; p + v.chunk_size <= end; p += v.chunk_size) {
+        if (reinterpret_cast<const item*>(p)->refs) {
+            return false; // a reply is sent from it, or a reserved value is being written
         }
     }
-    for (size_t i = 0; !page && i < v.pages.size(); ++i) {
-        if (movable(v.pages[i])) {
-            page = v.pages[i];
+    return true;
+}
+
+uint32_t store::pick_page(const slab_class& v) const noexcept {
+    // The page with the fewest chunks in use (the fewest items to move) that nothing holds. The
+    // fewest first, checked alone: checking a page for references reads its chunk headers.
+    uint32_t best = no_page;
+    for (uint32_t p : v.pages) {
+        if (best == no_page || _page_table[p].used < _page_table[best].used) {
+            best = p;
         }
     }
-    if (!page) {
-        return false;
+    if (best == no_page || page_movable(v, best)) {
+        return best;
     }
-    char* end =
-        (v.carve >= page && v.carve <= page + _page_size) ? v.carve : page + v.per_page * v.chunk_size;
-    for (char* p = page; p + v.chunk_size <= end; p += v.chunk_size) {
-        item* it = reinterpret_cast<item*>(p);
-        if (it->state & item::linked) {
-            ++_stats.evictions;
-            ++v.evicted;
-            unlink(it);
+    best = no_page;
+    for (uint32_t p : v.pages) {
+        if ((best == no_page || _page_table[p].used < _page_table[best].used) && page_movable(v, p)) {
+            best = p;
         }
     }
-    // Every chunk of the page is now free (or was never carved): take them off the free list.
+    return best;
+}
+
+void store::strip_free_chunks(slab_class& v, uint32_t page) noexcept {
+    const page_info& pg = _page_table[page];
+    size_t carved = size_t(carved_end(v, page) - pg.base) / v.chunk_size;
+    if (carved == pg.used) {
+        return; // no free or quarantined chunk on it
+    }
     item** link_to = &v.free;
     for (item* it = v.free; it; it = it->next) {
-        char* p = reinterpret_cast<char*>(it);
-        if (p >= page && p < page + _page_size) {
+        if (it->page() == page) {
             --v.free_count;
             continue;
         }
@@ -470,9 +596,9 @@ bool store::steal_page(unsigned cls) noexcept {
     link_to = &v.quarantine;
     v.quarantine_tail = nullptr;
     for (item* it = v.quarantine; it; it = it->next) {
-        char* p = reinterpret_cast<char*>(it);
-        if (p >= page && p < page + _page_size) {
+        if (it->page() == page) {
             --_quarantined;
+            ++_early_reuses; // its page is reused now: validation covers the remote readers
             continue;
         }
         *link_to = it;
@@ -480,30 +606,140 @@ bool store::steal_page(unsigned cls) noexcept {
         v.quarantine_tail = it;
     }
     *link_to = nullptr;
-    if (v.carve >= page && v.carve <= page + _page_size) {
-        v.carve = v.carve_end = nullptr;
+}
+
+void store::relocate(slab_class& v, item* it, item* n) noexcept {
+    // Into chunk `n` of another page of the same class, or of a larger class (which then holds
+    // it): the same bytes, the same CAS unique, its place in the hash chain and (in its class)
+    // in the LRU. A remote reader's location of the old record stops validating (the record is
+    // invalidated) and it asks the server again.
+    uint32_t page = n->page();
+    uint8_t cls = n->cls;
+    std::memcpy(static_cast<void*>(n), it, chunk_need(it->key_len, it->value_len));
+    n->set_page(page);
+    n->cls = cls;
+    item** slot = nullptr;
+    [[maybe_unused]] item* found = find(it->key(), hash_key(it->key()), &slot);
+    assert(found == it);
+    *slot = n;
+    if (cls == it->cls) {
+        (n->prev ? n->prev->next : v.lru_head) = n;
+        (n->next ? n->next->prev : v.lru_tail) = n;
+    } else {
+        lru_unlink(it);
+        slab_class& t = _classes[cls];
+        uint64_t size = item::memcached_size(it->key_len, it->value_len);
+        v.mem_requested -= size;
+        t.mem_requested += size;
+        if (t.lru_tail && n->time <= t.lru_tail->time) {
+            n->prev = t.lru_tail; // older than all of the class: its tail
+            n->next = nullptr;
+            t.lru_tail->next = n;
+            t.lru_tail = n;
+        } else {
+            lru_push(n);
+        }
     }
+    if (_cfg.remote_readable) {
+        record::invalidate(it);
+    }
+    it->state = 0;
+    --v.used;
+    --_page_table[it->page()].used;
+    ++_stats.slab_reassign_rescues;
+}
+
+item* store::take_larger(unsigned cls, unsigned except) noexcept {
+    // The smallest larger class with a chunk ready (free, uncarved, or past its grace period).
+    for (unsigned j = cls + 1; j < _classes.size(); ++j) {
+        if (j == except || _classes[j].pages.empty()) {
+            continue;
+        }
+        if (item* it = take_chunk(_classes[j], false)) {
+            it->cls = uint8_t(j);
+            return it;
+        }
+    }
+    return nullptr;
+}
+
+size_t store::ready_chunks(const slab_class& c) const noexcept {
+    return c.free_count + (c.carve ? size_t(c.carve_end - c.carve) / c.chunk_size : 0);
+}
+
+bool store::move_page(unsigned from, unsigned to, uint32_t page, bool spill) noexcept {
+    // memcached's slab rebalancer, done at once: class `from` gives class `to` one page. Unless
+    // `spill`, its coldest items are evicted until its other pages can hold every chunk in use;
+    // then the page's remaining (hotter) items are moved into them (with `spill`, into larger
+    // classes' ready chunks as well), so the LRU order decides what goes.
+    slab_class& v = _classes[from];
+    size_t keep = (v.pages.size() - 1) * v.per_page;
+    while (!spill && v.used > keep) {
+        uint64_t before = _stats.evictions;
+        if (!evict_from(from)) {
+            return false; // the tail is held: nothing was moved
+        }
+        _stats.slab_reassign_evictions_nomem += _stats.evictions - before;
+    }
+    strip_free_chunks(v, page);
+    char* base = _page_table[page].base;
+    char* end = carved_end(v, page);
+    if (v.carve_page == page) {
+        v.carve = v.carve_end = nullptr;
+        v.carve_page = no_page;
+    }
+    for (char* p = base; p + v.chunk_size <= end && _page_table[page].used; p += v.chunk_size) {
+        item* it = reinterpret_cast<item*>(p);
+        if (it->state & item::linked) {
+            item* n = take_chunk(v, true);
+            if (n) {
+                n->cls = uint8_t(from);
+            } else {
+                n = take_larger(from, to);
+            }
+            assert(n && n->page() != page);
+            relocate(v, it, n);
+        }
+    }
+    assert(_page_table[page].used == 0);
     v.pages.erase(std::find(v.pages.begin(), v.pages.end(), page));
-    slab_class& c = _classes[cls];
+    _page_table[page].cls = to;
+    slab_class& c = _classes[to];
     c.pages.push_back(page);
-    c.carve = page;
-    c.carve_end = page + c.per_page * c.chunk_size;
+    c.carve = base;
+    c.carve_end = base + c.per_page * c.chunk_size;
+    c.carve_page = page;
     ++_stats.slab_reassigns;
     return true;
 }
 
-bool store::page_has_refs(const slab_class& v, char* page) const noexcept {
-    if (_refs_held == 0) {
-        return false;
-    }
-    char* end =
-        (v.carve >= page && v.carve <= page + _page_size) ? v.carve : page + v.per_page * v.chunk_size;
-    for (char* p = page; p + v.chunk_size <= end; p += v.chunk_size) {
-        if (reinterpret_cast<const item*>(p)->refs) {
-            return true;
+bool store::move_sparse_page(unsigned cls) noexcept {
+    // No class has a page of free chunks, but pages are only partly used (a class with few
+    // items still holds a whole page): the page with the fewest items whose items fit in free
+    // chunks of their class or of larger classes moves, those items moved up. Memory is used
+    // before anything is evicted.
+    size_t ready_above = 0; // ready chunks of classes above i (not `cls`)
+    unsigned best_cls = unsigned(_classes.size());
+    uint32_t best = no_page;
+    for (unsigned i = unsigned(_classes.size()); i-- > 0;) {
+        const slab_class& v = _classes[i];
+        if (i != cls && !v.pages.empty()) {
+            uint32_t p = v.pages.front();
+            for (uint32_t q : v.pages) {
+                p = _page_table[q].used < _page_table[p].used ? q : p;
+            }
+            size_t used = _page_table[p].used;
+            size_t free_outside = v.pages.size() * v.per_page - v.used - (v.per_page - used);
+            if (used <= free_outside + ready_above && (best == no_page || used < _page_table[best].used)) {
+                best = p;
+                best_cls = i;
+            }
+        }
+        if (i != cls) {
+            ready_above += ready_chunks(v);
         }
     }
-    return false;
+    return best != no_page && page_movable(_classes[best_cls], best) && move_page(best_cls, cls, best, true);
 }
 
 item* store::allocate(size_t key_len, size_t value_len) noexcept {
@@ -512,16 +748,19 @@ item* store::allocate(size_t key_len, size_t value_len) noexcept {
         return nullptr;
     }
     slab_class& c = _classes[cls];
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
         // After an eviction (its chunk is quarantined) memory is short: reuse early.
         if (item* it = take_chunk(c, attempt > 0)) {
             it->cls = uint8_t(cls);
             return it;
         }
-        if (add_page(cls) || evict_from(cls) || steal_page(cls)) {
-            continue;
+        item* spilled = nullptr;
+        if (!make_room(cls, &spilled)) {
+            break;
         }
-        break;
+        if (spilled) {
+            return spilled;
+        }
     }
     if (item* it = take_chunk(c, true)) {
         it->cls = uint8_t(cls);
@@ -544,7 +783,6 @@ item* store::new_item(std::string_view key, uint32_t client_flags, uint32_t expt
     it->value_len = uint32_t(value_len);
     it->key_len = uint8_t(key.size());
     it->state = 0;
-    it->reserved = 0;
     it->refs = 0;
     std::memcpy(it + 1, key.data(), key.size());
     return it;
@@ -611,6 +849,13 @@ store_result store::put(store_mode mode, std::string_view key, uint64_t h, uint3
         if (old->cas != cas_in) {
             return store_result::exists;
         }
+    }
+    if (mode == store_mode::set && old) {
+        // The old value goes first, so that it never stands in the way of its own replacement
+        // (its chunk and its page are free to be taken); a set that then fails leaves no stale
+        // value, memcached's rule.
+        unlink(old, h);
+        old = nullptr;
     }
     bool concat = mode == store_mode::append || mode == store_mode::prepend;
     size_t len = value.size() + (concat ? old->value_len : 0);
@@ -836,9 +1081,8 @@ std::vector<slab_class_info> store::slab_classes() const {
             continue;
         }
         size_t carved = 0;
-        for (char* p : c.pages) {
-            bool current = c.carve >= p && c.carve <= p + _page_size;
-            carved += current ? size_t(c.carve - p) / c.chunk_size : c.per_page;
+        for (uint32_t p : c.pages) {
+            carved += size_t(carved_end(c, p) - _page_table[p].base) / c.chunk_size;
         }
         size_t items = 0;
         for (item* it = c.lru_head; it; it = it->next) {

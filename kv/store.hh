@@ -5,6 +5,7 @@
 #include "kv/page_source.hh"
 #include "kv/stats.hh"
 
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -174,12 +175,22 @@ public:
     size_t max_item_size() const noexcept { return _cfg.max_item_size; }
 
 private:
+    static constexpr uint32_t no_page = UINT32_MAX;
+
+    /// A page taken from the source: where it is, the class it is carved for, its chunks in use.
+    struct page_info {
+        char* base;
+        uint32_t used; ///< chunks taken (live, referenced or reserved items)
+        uint32_t cls;
+    };
+
     struct slab_class {
         size_t chunk_size = 0;
         size_t per_page = 0;
-        std::vector<char*> pages;
-        char* carve = nullptr; ///< next uncarved chunk of the newest page
+        std::vector<uint32_t> pages; ///< indexes into `_page_table`
+        char* carve = nullptr;       ///< next uncarved chunk of the newest page
         char* carve_end = nullptr;
+        uint32_t carve_page = no_page;
         item* free = nullptr;
         size_t free_count = 0;
         item* quarantine = nullptr; ///< freed chunks, oldest first, stamped in `time`
@@ -196,9 +207,23 @@ private:
     item* take_chunk(slab_class& c, bool early) noexcept;
     size_t chunk_need(size_t key_len, size_t value_len) const noexcept;
     bool add_page(unsigned cls) noexcept;
-    bool steal_page(unsigned cls) noexcept;
+    bool make_room(unsigned cls, item** spilled) noexcept;
+    unsigned oldest_class(unsigned cls, const std::bitset<256>& tried, bool keep_last_pages) const noexcept;
+    bool move_page(unsigned from, unsigned to, uint32_t page, bool spill) noexcept;
+    bool move_any_page(unsigned from, unsigned to) noexcept {
+        uint32_t page = pick_page(_classes[from]);
+        return page != no_page && move_page(from, to, page, false);
+    }
+    bool move_sparse_page(unsigned cls) noexcept;
+    item* take_larger(unsigned cls, unsigned except) noexcept;
+    size_t ready_chunks(const slab_class& c) const noexcept;
+    uint32_t pick_page(const slab_class& v) const noexcept;
+    void strip_free_chunks(slab_class& v, uint32_t page) noexcept;
+    void relocate(slab_class& v, item* it, item* n) noexcept;
     bool evict_from(unsigned cls) noexcept;
-    bool page_has_refs(const slab_class& v, char* page) const noexcept;
+    bool page_movable(const slab_class& v, uint32_t page) const noexcept;
+    char* carved_end(const slab_class& v, uint32_t page) const noexcept;
+    uint32_t tail_age(const slab_class& c) const noexcept;
     void release(item* it) noexcept;
     item* live(std::string_view key, uint64_t h) noexcept;
     item* touch_item(std::string_view key, uint64_t h, int64_t exptime) noexcept;
@@ -218,7 +243,7 @@ private:
     std::unique_ptr<page_source> _pages;
     size_t _page_size;
     size_t _max_pages;
-    size_t _pages_used = 0;
+    std::vector<page_info> _page_table; ///< every page taken, by index (items record theirs)
     std::vector<slab_class> _classes;
     std::vector<item*> _table;
     uint64_t _mask = 0;
