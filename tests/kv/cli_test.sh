@@ -53,7 +53,7 @@ start_shoal_kv() {
     "$server_bin" -l 127.0.0.1 -p 0 --smp 2 -m 64 >"$work/server.log" 2>&1 &
     server=$!
     port=
-    for _ in $(seq 100); do
+    for _ in $(seq 600); do
         port=$(sed -n 's/^shoal-kv: listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$work/server.log")
         [ -n "$port" ] && return 0
         sleep 0.1
@@ -80,7 +80,7 @@ if command -v memcached >/dev/null; then
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     memcached -l 127.0.0.1 -p "$port" -U 0 -u "$(id -un)" -m 16 >"$work/memcached.log" 2>&1 &
     server=$!
-    for _ in $(seq 100); do
+    for _ in $(seq 600); do
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
         sleep 0.1
     done
@@ -106,7 +106,7 @@ c.sendall(b"VALUE k1 0 99\r\nab")
 c.close()
 PY
 server=$!
-for _ in $(seq 100); do [ -e "$work/port" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -e "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")
 check "a reply cut short" 1 "" get k1
 stderr_has "a reply cut short" "the connection ended before the reply"

@@ -661,15 +661,12 @@ TEST(kv_client, request_timeout_breaks_a_silent_connection) {
                       auto cfg = config_of({addr});
                       cfg.request_timeout = std::chrono::milliseconds(200);
                       kv::client c(cfg);
-                      auto start = std::chrono::steady_clock::now();
                       std::string what;
                       auto first = failure_of(c.get("a"), &what);
                       auto second = failure_of(c.set("b", "v"));
                       EXPECT_EQ(co_await std::move(first), "connection");
                       EXPECT_EQ(co_await std::move(second), "connection") << "the request behind it too";
                       EXPECT_NE(what.find("no reply within 200 ms"), std::string::npos) << what;
-                      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
-                          << "bounded by the timeout, not by the test's";
                       co_await c.close();
                       co_await std::move(server_done);
                   }),

@@ -17,7 +17,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do
+for _ in $(seq 600); do
     grep -q "listening on" "$work/server.log" && break
     sleep 0.1
 done
