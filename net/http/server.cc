@@ -24,6 +24,8 @@ void server::add_route(std::string method, std::string path, handler h) {
 
 void server::start(const socket_address& addr) {
     listen_options opts;
+    // Connections past the limit wait in the kernel, not in our accept queue holding descriptors.
+    opts.backlog = int(std::min<size_t>(_limits.max_connections, 1024));
     opts.refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                    "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
     _ss = tcp::listen(addr, opts);
