@@ -92,6 +92,9 @@ server::server(server_config cfg, sharded<server>* peers, shared_counters* count
 void server::start(const net::socket_address& addr) {
     net::listen_options opts;
     opts.reuse_port = true;
+    // Out of descriptors, the listener refuses with memcached's words (a reserve descriptor
+    // per shard) instead of leaving clients in the backlog.
+    opts.refusal = "ERROR Too many open connections\r\n";
     _ss = net::tcp::listen(addr, opts);
     _conns.accept_from(_ss, [this](net::connected_socket s) { return admit(std::move(s)); });
 }

@@ -4,6 +4,10 @@
 #include "core/log.hh"
 #include "core/timer.hh"
 
+#include <algorithm>
+#include <cerrno>
+#include <new>
+#include <system_error>
 #include <utility>
 
 namespace shoal::net {
@@ -21,19 +25,64 @@ void server_connections::accept_from(server_socket& listener, handler serve) {
 }
 
 future<> server_connections::accept_loop(server_socket& listener, handler serve) {
+    // A transport that reports a shortage of descriptors or memory instead of waiting it out
+    // (TCP's listener waits it out itself) is retried after a pause: 1 ms doubling up to
+    // 100 ms, reset by a success. Any other error ends the loop.
+    steady_clock_type::duration backoff{};
+    steady_clock_type::time_point last_log{};
+    uint64_t errors_since_log = 0;
     for (;;) {
         accept_result ar;
+        std::exception_ptr failed;
         try {
             ar = co_await listener.accept();
         } catch (...) {
-            if (!stopping()) {
-                server_log.warn("accept failed, no longer accepting: {}", std::current_exception());
+            failed = std::current_exception();
+        }
+        if (!failed) {
+            backoff = {};
+            if (!add(std::move(ar.connection), serve)) {
+                co_return;
             }
+            continue;
+        }
+        if (stopping()) {
             co_return;
         }
-        if (!add(std::move(ar.connection), serve)) {
+        if (!is_resource_shortage(failed)) {
+            server_log.warn("accept failed, no longer accepting: {}", failed);
             co_return;
         }
+        ++_accept_errors;
+        ++errors_since_log;
+        auto now = steady_clock_type::now();
+        if (last_log == steady_clock_type::time_point{} || now - last_log >= std::chrono::seconds(10)) {
+            server_log.warn("accept failed ({} time(s) since the last report), retrying: {}",
+                            errors_since_log, failed);
+            last_log = now;
+            errors_since_log = 0;
+        }
+        backoff = std::clamp<steady_clock_type::duration>(backoff * 2, std::chrono::milliseconds(1),
+                                                          std::chrono::milliseconds(100));
+        try {
+            co_await sleep_abortable(backoff, _stop_accepting);
+        } catch (...) {
+            co_return; // stop()
+        }
+    }
+}
+
+bool server_connections::is_resource_shortage(const std::exception_ptr& ex) noexcept {
+    try {
+        std::rethrow_exception(ex);
+    } catch (const std::system_error& e) {
+        int err = e.code().value();
+        return e.code().category() == std::system_category() &&
+               (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM);
+    } catch (const std::bad_alloc&) {
+        return true;
+    } catch (...) {
+        return false;
     }
 }
 
@@ -68,6 +117,7 @@ void server_connections::abort_open() noexcept {
 
 future<> server_connections::stop(steady_clock_type::duration drain) {
     auto done = _gate.close();
+    _stop_accepting.request_abort();
     for (server_socket* l : _listeners) {
         try {
             l->abort_accept();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/abort_source.hh"
 #include "core/clock.hh"
 #include "core/future.hh"
 #include "core/gate.hh"
@@ -7,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <list>
 
@@ -31,8 +33,11 @@ public:
     /// Call `stop()` (and wait for it) before destroying a tracker that served anything.
     ~server_connections() = default;
 
-    /// Accepts from `listener` until `stop()` (or an accept error, which is logged), serving each
-    /// connection with `serve` as `add` does. `listener` must outlive the future of `stop()`.
+    /// Accepts from `listener` until `stop()`, serving each connection with `serve` as `add`
+    /// does. An accept that fails for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+    /// ENOMEM, bad_alloc) is retried after a pause (1 ms doubling to 100 ms), logged at most
+    /// once per 10 s; any other accept error is logged and ends accepting from `listener`.
+    /// `listener` must outlive the future of `stop()`.
     void accept_from(server_socket& listener, handler serve);
     /// Serves `s` with `serve(s)`, tracked until its future resolves (a failure is counted and
     /// logged at debug level). Returns false, dropping `s`, once `stop()` has begun.
@@ -51,6 +56,8 @@ public:
     uint64_t failed() const noexcept { return _failed; }
     /// Connections `stop()` aborted because they missed the drain deadline.
     uint64_t aborted() const noexcept { return _aborted; }
+    /// Accepts that failed for want of descriptors or memory and were retried.
+    uint64_t accept_errors() const noexcept { return _accept_errors; }
     /// True once `stop()` has begun.
     bool stopping() const noexcept { return _gate.is_closed(); }
 
@@ -58,13 +65,16 @@ private:
     future<> accept_loop(server_socket& listener, handler serve);
     future<> run(std::list<connected_socket>::iterator it, handler serve);
     void abort_open() noexcept;
+    static bool is_resource_shortage(const std::exception_ptr& ex) noexcept;
 
     gate _gate;
+    abort_source _stop_accepting; // ends the accept loops' back-off pauses
     std::list<connected_socket> _open;
     std::list<server_socket*> _listeners;
     uint64_t _served = 0;
     uint64_t _failed = 0;
     uint64_t _aborted = 0;
+    uint64_t _accept_errors = 0;
 };
 
 } // namespace shoal::net

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -310,6 +311,12 @@ struct listen_options {
     bool reuse_address = true;
     /// Pending connections the kernel queues.
     int backlog = 1024;
+    /// When not empty, the listener keeps one file descriptor in reserve: when accepting fails
+    /// for want of descriptors (EMFILE, ENFILE) it frees it, accepts the connections waiting,
+    /// writes these bytes to each and closes it, so clients are refused instead of left waiting
+    /// in the backlog (memcached's "ERROR Too many open connections\r\n"). Empty: no reserve;
+    /// waiting connections stay in the kernel's backlog until descriptors are free. TCP only.
+    std::string refusal;
 };
 
 } // namespace shoal::net

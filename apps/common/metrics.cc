@@ -1,5 +1,7 @@
 #include "apps/common/metrics.hh"
 
+#include "apps/common/options.hh"
+
 #include "core/coroutine.hh"
 #include "core/log.hh"
 #include "core/metrics.hh"
@@ -13,6 +15,8 @@
 
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -32,7 +36,28 @@ struct layer_metrics {
 void add_metrics_options(app& a) {
     a.add_option("prometheus-port",
                  "serve Prometheus metrics on this TCP port (0: any free port; default off)");
-    a.add_option("prometheus-address", "address the Prometheus endpoint listens on", "0.0.0.0");
+    a.add_option("prometheus-address",
+                 "address the Prometheus endpoint listens on (0.0.0.0: every interface)", "127.0.0.1");
+    a.add_option("prometheus-max-connections",
+                 "connections the Prometheus endpoint serves at once (past it, the one waiting longest "
+                 "for a request is closed)",
+                 std::to_string(default_metrics_max_connections));
+    a.add_option("prometheus-head-timeout",
+                 "seconds a request head may take to arrive on the Prometheus endpoint", "10");
+    a.add_option("prometheus-idle-timeout",
+                 "seconds a Prometheus connection may stay silent before it is closed", "30");
+}
+
+size_t metrics_max_connections(const app& a) {
+    if (!a.has("prometheus-port")) {
+        return 0;
+    }
+    uint64_t n = a.get_size("prometheus-max-connections");
+    if (n == 0 || n > 65536) {
+        throw std::invalid_argument("--prometheus-max-connections " + a.get("prometheus-max-connections") +
+                                    ": 1..65536");
+    }
+    return size_t(n);
 }
 
 future<int> with_metrics(const app& a, std::function<future<int>()> main) {
@@ -48,7 +73,18 @@ future<int> with_metrics(const app& a, std::function<future<int>()> main) {
                                             ": a port is 0..65535");
             }
             auto addr = net::socket_address::from_host_port(a.get("prometheus-address"), uint16_t(port));
-            http = std::make_unique<net::http::server>();
+            net::http::server_limits limits;
+            limits.max_connections = metrics_max_connections(a);
+            limits.head_timeout = std::chrono::duration_cast<steady_clock_type::duration>(
+                seconds_of(a, "prometheus-head-timeout"));
+            limits.idle_timeout = std::chrono::duration_cast<steady_clock_type::duration>(
+                seconds_of(a, "prometheus-idle-timeout"));
+            if (limits.head_timeout <= steady_clock_type::duration::zero() ||
+                limits.idle_timeout <= steady_clock_type::duration::zero()) {
+                throw std::invalid_argument(
+                    "--prometheus-head-timeout and --prometheus-idle-timeout: above 0");
+            }
+            http = std::make_unique<net::http::server>(limits);
             net::http::add_prometheus_route(*http);
             http->start(addr);
         } catch (...) {

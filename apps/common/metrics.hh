@@ -4,14 +4,25 @@
 #include "core/future.hh"
 #include "core/metrics.hh"
 
+#include <cstddef>
 #include <functional>
 #include <vector>
 
 namespace shoal::apps {
 
-/// Declares `--prometheus-port N` (off unless given; 0 picks a free port) and
-/// `--prometheus-address` (default 0.0.0.0).
+/// What `--prometheus-max-connections` is unless given.
+inline constexpr size_t default_metrics_max_connections = 16;
+
+/// Declares `--prometheus-port N` (off unless given; 0 picks a free port),
+/// `--prometheus-address` (default 127.0.0.1: loopback only), `--prometheus-max-connections`
+/// (the endpoint's own limit, so that scrapers cannot take the descriptors the application
+/// serves with), `--prometheus-head-timeout` and `--prometheus-idle-timeout` (seconds).
 void add_metrics_options(app& a);
+
+/// The connections the Prometheus endpoint may hold (`--prometheus-max-connections`), 0 when
+/// it is off: for an application that sizes its descriptor limit. Throws
+/// std::invalid_argument on a bad value.
+size_t metrics_max_connections(const app& a);
 
 /// Runs `main` with metrics: the reactor, io_uring, TCP and RDMA metrics are published on every
 /// shard and, when `--prometheus-port` was given, served on shard 0 at

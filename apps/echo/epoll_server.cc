@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -106,8 +107,26 @@ void serve(int lfd, int cpu) {
         parked.erase(fd);
         ::close(fd); // also leaves the epoll set
     };
+    // Out of descriptors or memory, accept fails and the connection stays in the backlog: the
+    // listener leaves the (level-triggered) set for a pause, 1 ms doubling to 100 ms, instead of
+    // waking the loop at once again.
+    int backoff_ms = 0;
+    bool paused = false;
+    auto resume_at = std::chrono::steady_clock::now();
     while (!g_stop) {
-        int n = ::epoll_wait(ep, events, 256, -1);
+        int timeout = -1;
+        if (paused) {
+            auto left =
+                std::chrono::ceil<std::chrono::milliseconds>(resume_at - std::chrono::steady_clock::now());
+            timeout = int(std::max<long>(0, long(left.count())));
+        }
+        int n = ::epoll_wait(ep, events, 256, timeout);
+        if (paused && std::chrono::steady_clock::now() >= resume_at) {
+            ev.events = EPOLLIN;
+            ev.data.fd = lfd;
+            ::epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+            paused = false;
+        }
         if (n < 0 && errno == EINTR) {
             continue;
         }
@@ -120,8 +139,16 @@ void serve(int lfd, int cpu) {
                 for (;;) {
                     int c = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
                     if (c < 0) {
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                            backoff_ms = std::clamp(backoff_ms * 2, 1, 100);
+                            ::epoll_ctl(ep, EPOLL_CTL_DEL, lfd, nullptr);
+                            paused = true;
+                            resume_at =
+                                std::chrono::steady_clock::now() + std::chrono::milliseconds(backoff_ms);
+                        }
                         break;
                     }
+                    backoff_ms = 0;
                     epoll_event cev{};
                     cev.events = EPOLLIN | EPOLLRDHUP;
                     cev.data.fd = c;

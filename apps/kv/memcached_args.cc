@@ -1,6 +1,12 @@
 #include "apps/kv/memcached_args.hh"
 
+#include <cerrno>
+#include <cstring>
 #include <map>
+
+#include <sys/resource.h>
+
+#include <fmt/format.h>
 
 namespace shoal::kv_app {
 
@@ -28,6 +34,41 @@ std::vector<std::string> translate_memcached_args(int argc, char** argv) {
         out.push_back(a);
     }
     return out;
+}
+
+uint64_t needed_fds(const fd_needs& n) {
+    // Per shard: io_uring, wake-up eventfd, timer and spare (4), the listener and its reserve (2);
+    // an RDMA device adds its verbs, rdma_cm and completion channels and listeners (16).
+    constexpr uint64_t per_shard = 6;
+    constexpr uint64_t per_rdma_shard = 16;
+    // stdio, the process's own files, connections being refused past -c or being closed.
+    constexpr uint64_t margin = 64;
+    // The endpoint's connections, as many again accepted and being closed to make room (its
+    // backlog is its limit), its listener and reserve.
+    uint64_t metrics = n.metrics_connections ? 2 * n.metrics_connections + 2 : 0;
+    return uint64_t(n.max_connections) + uint64_t(n.shards) * (per_shard + (n.rdma ? per_rdma_shard : 0)) +
+           metrics + margin;
+}
+
+std::string raise_fd_limit(uint64_t need, unsigned max_connections) {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return fmt::format("failed to getrlimit number of files: {}", std::strerror(errno));
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlimit want = rl;
+        want.rlim_cur = rlim_t(need);
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+            want.rlim_max = rlim_t(need); // only a privileged process may raise it
+        }
+        if (::setrlimit(RLIMIT_NOFILE, &want) != 0) {
+            return fmt::format("failed to set rlimit for open files: -c {} needs {} file descriptors, the "
+                               "limit is {} (hard {}). Try starting as root or requesting smaller "
+                               "maxconns value.",
+                               max_connections, need, rl.rlim_cur, rl.rlim_max);
+        }
+    }
+    return {};
 }
 
 } // namespace shoal::kv_app

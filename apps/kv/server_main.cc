@@ -3,7 +3,8 @@
 //   shoal-kv [-p 11211] [-l 0.0.0.0] [-m 64] [-c 1024] [-I 1m] [-U 0] [--smp N] [--cpuset ...]
 //
 // memcached's options mean what they mean to memcached: -m is megabytes for the whole server
-// (split evenly over the shards), -I the largest item, -c the connection limit. See docs/kv.md.
+// (split evenly over the shards), -I the largest item, -c the connection limit (the open-files
+// limit is raised to fit it at start, or shoal-kv exits with status 71). See docs/kv.md.
 
 #include "apps/common/metrics.hh"
 #include "apps/kv/memcached_args.hh"
@@ -22,6 +23,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <fmt/core.h>
 
@@ -151,7 +153,9 @@ int main(int argc, char** argv) {
     kv::server_config cfg;
     net::socket_address addr;
     std::optional<net::socket_address> rdma_addr;
+    size_t metrics_connections = 0;
     try {
+        metrics_connections = apps::metrics_max_connections(a);
         if (a.get("udp-port") != "0") {
             throw std::invalid_argument("-U/--udp-port: UDP is not supported, only 0 is accepted");
         }
@@ -182,6 +186,19 @@ int main(int argc, char** argv) {
         return 2;
     }
     smp_options smp = a.engine_options();
+    // As memcached does: raise the open-files limit to what -c needs, or refuse to start.
+    kv_app::fd_needs needs;
+    needs.max_connections = cfg.max_connections;
+    needs.shards =
+        smp.smp ? smp.smp
+                : unsigned(smp.cpuset.empty() ? std::thread::hardware_concurrency() : smp.cpuset.size());
+    needs.metrics_connections = metrics_connections;
+    needs.rdma = rdma_addr.has_value();
+    if (std::string err = kv_app::raise_fd_limit(kv_app::needed_fds(needs), cfg.max_connections);
+        !err.empty()) {
+        std::fprintf(stderr, "shoal-kv: %s\n", err.c_str());
+        return 71; // memcached's EX_OSERR
+    }
     try {
         return run_shards(smp, [&]() -> future<int> {
             cfg.store.memory_limit = size_t(cfg.limit_maxbytes / shard_count());

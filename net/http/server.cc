@@ -5,6 +5,9 @@
 #include "core/timer.hh"
 #include "net/tcp/tcp.hh"
 
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
 
 namespace shoal::net::http {
@@ -20,7 +23,12 @@ void server::add_route(std::string method, std::string path, handler h) {
 }
 
 void server::start(const socket_address& addr) {
-    _ss = tcp::listen(addr);
+    listen_options opts;
+    // Connections past the limit wait in the kernel, not in our accept queue holding descriptors.
+    opts.backlog = int(std::min<size_t>(_limits.max_connections, 1024));
+    opts.refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                   "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
+    _ss = tcp::listen(addr, opts);
     _conns.accept_from(_ss, [this](connected_socket s) { return serve(std::move(s)); });
 }
 
@@ -65,29 +73,80 @@ future<response> server::dispatch(const request& r) {
     co_return e;
 }
 
+/// Keeps a connection in the server's list of those waiting for a request head while it waits.
+class server::waiting_guard {
+public:
+    explicit waiting_guard(server& srv) noexcept
+        : _srv(srv) {}
+    waiting_guard(const waiting_guard&) = delete;
+    waiting_guard& operator=(const waiting_guard&) = delete;
+    ~waiting_guard() { leave(); }
+    /// Enters the list (at its end: the newest) unless already in it.
+    void enter(connected_socket* s) {
+        if (!_in) {
+            _it = _srv._waiting.insert(_srv._waiting.end(), waiting{s});
+            _in = true;
+        }
+    }
+    /// Leaves whichever list it is in.
+    void leave() noexcept {
+        if (_in) {
+            (_it->evicted ? _srv._evicting : _srv._waiting).erase(_it);
+            _in = false;
+        }
+    }
+
+private:
+    server& _srv;
+    std::list<waiting>::iterator _it;
+    bool _in = false;
+};
+
+bool server::evict_oldest_waiting() noexcept {
+    if (_waiting.empty()) {
+        return false;
+    }
+    auto it = _waiting.begin();
+    it->evicted = true;
+    _evicting.splice(_evicting.end(), _waiting, it);
+    ++_evicted;
+    http_log.debug("closing the connection waiting longest for a request head to make room");
+    it->socket->abort();
+    return true;
+}
+
 future<> server::serve(connected_socket s) {
     auto in = s.input();
     auto out = s.output();
-    // Every read waits at most idle_timeout: the timer aborts it, and the connection ends.
-    abort_source idle;
-    timer<> idle_timer([&idle] { idle.request_abort(); });
-    auto read = [&]() -> future<temporary_buffer> {
-        idle_timer.rearm(steady_clock_type::now() + _limits.idle_timeout);
+    waiting_guard waiting(*this);
+    // Each read waits until a deadline at most: the timer aborts it, and the connection ends.
+    abort_source expired;
+    timer<> deadline([&expired] { expired.request_abort(); });
+    enum class why { idle, head, linger };
+    auto read = [&](steady_clock_type::time_point until, why w) -> future<temporary_buffer> {
+        deadline.rearm(until);
         temporary_buffer b;
         try {
-            b = co_await in.read(idle);
+            b = co_await in.read(expired);
         } catch (const abort_requested_exception&) {
-            ++_idle_closed;
-            http_log.debug(
-                "closing a connection idle for {} ms",
-                std::chrono::duration_cast<std::chrono::milliseconds>(_limits.idle_timeout).count());
+            if (w == why::idle) {
+                ++_idle_closed;
+                http_log.debug(
+                    "closing a connection idle for {} ms",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(_limits.idle_timeout).count());
+            } else if (w == why::head) {
+                ++_head_timeouts;
+                http_log.debug(
+                    "closing a connection whose request head took over {} ms",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(_limits.head_timeout).count());
+            }
         }
-        idle_timer.cancel();
+        deadline.cancel();
         co_return b; // empty on timeout: handled as the end of the stream
     };
     std::string buf;
     bool keep = true;
-    if (_conns.open() > _limits.max_connections) {
+    if (_conns.open() > _limits.max_connections && !evict_oldest_waiting()) {
         keep = false;
         response r = error(503, "too many connections");
         ++_requests;
@@ -98,15 +157,24 @@ future<> server::serve(connected_socket s) {
                         status_text(503), r.content_type, r.body.size(), r.body));
         co_await out.flush();
     }
+    // When the head being received began (its first byte): it must end by head_timeout.
+    std::optional<steady_clock_type::time_point> head_began;
     while (keep) {
         std::optional<size_t> end;
         bool too_long = false;
+        waiting.enter(&s);
         while (!(end = find_head_end(buf))) {
             if (buf.size() > _limits.max_head_bytes) {
                 too_long = true;
                 break;
             }
-            temporary_buffer b = co_await read();
+            auto until = steady_clock_type::now() + _limits.idle_timeout;
+            why w = why::idle;
+            if (head_began && *head_began + _limits.head_timeout < until) {
+                until = *head_began + _limits.head_timeout;
+                w = why::head;
+            }
+            temporary_buffer b = co_await read(until, w);
             if (b.empty()) {
                 if (!buf.empty()) {
                     http_log.debug("connection closed in the middle of a request head");
@@ -114,8 +182,12 @@ future<> server::serve(connected_socket s) {
                 co_await out.close();
                 co_return;
             }
+            if (!head_began) {
+                head_began = steady_clock_type::now();
+            }
             buf.append(b.get(), b.size());
         }
+        waiting.leave();
         response r;
         if (too_long || *end > _limits.max_head_bytes) {
             r = error(431, "request head longer than " + std::to_string(_limits.max_head_bytes) + " bytes");
@@ -123,6 +195,8 @@ future<> server::serve(connected_socket s) {
         } else {
             auto [req, err] = parse_request(std::string_view(buf).substr(0, *end));
             buf.erase(0, *end);
+            // Bytes after this head begin the next one (pipelined): its clock starts now.
+            head_began = buf.empty() ? std::nullopt : std::optional(steady_clock_type::now());
             if (err) {
                 r = error(err->status, err->reason);
                 keep = false;
@@ -145,13 +219,14 @@ future<> server::serve(connected_socket s) {
         co_await out.write(r.body);
         co_await out.flush();
     }
-    // Lingering close: FIN first, then read what the peer still sends (up to a bound) until it
-    // closes, so unread request bytes do not turn our close into a reset that could destroy the
-    // response before the peer reads it.
+    // Lingering close: FIN first, then read what the peer still sends (up to a bound, for at
+    // most `linger`) until it closes, so unread request bytes do not turn our close into a reset
+    // that could destroy the response before the peer reads it.
     co_await out.close();
     size_t discarded = 0;
-    while (discarded < linger_bytes && !idle.abort_requested()) {
-        temporary_buffer b = co_await read();
+    auto linger_end = steady_clock_type::now() + std::min(_limits.linger, _limits.idle_timeout);
+    while (discarded < linger_bytes && !expired.abort_requested()) {
+        temporary_buffer b = co_await read(linger_end, why::linger);
         if (b.empty()) {
             break;
         }

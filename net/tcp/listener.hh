@@ -3,6 +3,7 @@
 #include "core/abort_source.hh"
 #include "core/future.hh"
 #include "core/reactor.hh"
+#include "core/timer.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
 #include "net/tcp/internal.hh"
@@ -11,6 +12,7 @@
 #include <deque>
 #include <exception>
 #include <optional>
+#include <string>
 
 namespace shoal::net::tcp::internal {
 
@@ -19,13 +21,21 @@ namespace shoal::net::tcp::internal {
 /// waits in `accept()` are queued; past `backlog` of them the accept is cancelled until the
 /// application catches up (the kernel's own backlog then holds the rest).
 ///
+/// When the kernel cannot give a connection a descriptor or memory (EMFILE, ENFILE, ENOBUFS,
+/// ENOMEM) the listener does not fail: it backs off (1 ms, doubling up to 100 ms) and accepts
+/// again, logging at most once per 10 s and counting each failure (`stats::accept_errors`).
+/// With a refusal message (`listen_options::refusal`) it keeps a descriptor in reserve and,
+/// out of descriptors, frees it to accept the waiting connections, answer each with the
+/// message and close it (`stats::refused_connections`).
+///
 /// The object outlives the server_socket that owns it until its last completion, cancellations
 /// included, has arrived; only then is the fd closed (a queued accept SQE names the fd).
 class listener final {
 public:
     /// Takes over listening socket `fd`, bound to `addr`; pauses accepting while `backlog` (at
-    /// least 16) accepted connections wait unclaimed.
-    listener(int fd, const socket_address& addr, int backlog);
+    /// least 16) accepted connections wait unclaimed. A non-empty `refusal` is what connections
+    /// get when no descriptor is left for them (a reserve descriptor is opened for it).
+    listener(int fd, const socket_address& addr, int backlog, std::string refusal = {});
 
     /// The next connection (queued ones first); arms the multishot accept when none is armed.
     /// One accept at a time.
@@ -49,7 +59,7 @@ private:
         listener* l;
         void complete(int result, uint32_t flags) noexcept override { l->on_accept(result, flags); }
     };
-    enum class state : uint8_t { idle, armed, cancelling };
+    enum class state : uint8_t { idle, armed, cancelling, backing_off };
 
     ~listener();
     void arm();
@@ -58,6 +68,10 @@ private:
     void on_accept(int result, uint32_t flags) noexcept;
     void close_fd() noexcept;
     void maybe_destroy() noexcept;
+    void back_off(int err) noexcept;
+    void retry() noexcept;
+    void refuse_waiting() noexcept;
+    void fail_waiter(std::exception_ptr ex) noexcept;
 
     int _fd;
     socket_address _addr;
@@ -69,6 +83,12 @@ private:
     bool _aborted = false;
     bool _released = false;
     std::deque<accept_result> _queue;
+    std::string _refusal;
+    int _reserve_fd = -1;                   // held for refusals; -1 when none (or lost)
+    steady_clock_type::duration _backoff{}; // the last back-off; zero after a success
+    timer<> _retry;
+    steady_clock_type::time_point _last_log{};
+    uint64_t _errors_since_log = 0;
     std::exception_ptr _pending_error;
     std::optional<promise<accept_result>> _waiter;
     abort_source::subscription _abort_sub; // the waiting accept's cancellation, if it has one

@@ -9,6 +9,12 @@ namespace {
 
 constexpr metrics::stats_field<stats> counters[] = {
     {"shoal_tcp_accepted_total", "TCP connections accepted.", &stats::accepted},
+    {"shoal_tcp_accept_errors_total",
+     "Accepts that failed for want of file descriptors or memory (the listener backed off and retried).",
+     &stats::accept_errors},
+    {"shoal_tcp_refused_connections_total",
+     "Connections accepted with the reserve descriptor, answered with the refusal message and closed.",
+     &stats::refused_connections},
     {"shoal_tcp_connected_total", "Outgoing TCP connections established.", &stats::connected},
     {"shoal_tcp_aborts_total", "TCP connections broken by abort() (shutdown deadlines).", &stats::aborts},
     {"shoal_tcp_received_bytes_total", "Bytes received over TCP.", &stats::recv_bytes},

@@ -207,7 +207,7 @@ server_socket listen(const socket_address& addr, const listen_options& opts) {
         throw fail(errno);
     }
     socket_address bound(reinterpret_cast<sockaddr*>(&ss), len);
-    auto* l = new internal::listener(fd, bound, opts.backlog);
+    auto* l = new internal::listener(fd, bound, opts.backlog, opts.refusal);
     try {
         return server_socket(std::make_unique<internal::tcp_server_socket_impl>(l));
     } catch (...) {

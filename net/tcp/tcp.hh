@@ -29,7 +29,9 @@ struct connect_options {
 /// Starts listening on `addr` (port 0 picks a free port; see `server_socket::local_address`).
 /// With `opts.reuse_port` every shard may listen on the same address and the kernel spreads
 /// new connections across them. Throws std::system_error naming the address (for example
-/// "listen 127.0.0.1:80: Address already in use").
+/// "listen 127.0.0.1:80: Address already in use"). Out of file descriptors or memory, the
+/// listener backs off and keeps accepting (accept() does not fail); with `opts.refusal` it
+/// answers the connections it has no descriptor for with that message and closes them.
 server_socket listen(const socket_address& addr, const listen_options& opts = {});
 
 /// Connects to `addr`. Refused, unreachable and timed-out connections fail the future with a
@@ -73,20 +75,22 @@ config get_config();
 
 /// Counters of the calling shard's TCP stack.
 struct stats {
-    uint64_t accepted = 0;          ///< connections accepted
-    uint64_t connected = 0;         ///< outgoing connections established
-    uint64_t recv_completions = 0;  ///< receive completions carrying data
-    uint64_t recv_bytes = 0;        ///< bytes received
-    uint64_t recv_arms = 0;         ///< multishot receives submitted
-    uint64_t zero_copy_buffers = 0; ///< received buffers handed to readers without a copy
-    uint64_t copied_buffers = 0;    ///< received buffers copied because the ring ran low
-    uint64_t buffer_shortages = 0;  ///< receives stopped by an empty ring (ENOBUFS)
-    uint64_t recv_paused = 0;       ///< receives stopped because the reader fell behind
-    uint64_t sends = 0;             ///< send requests submitted
-    uint64_t vectored_sends = 0;    ///< of which carried several buffers (sendmsg)
-    uint64_t send_bytes = 0;        ///< bytes sent
-    uint64_t short_sends = 0;       ///< sends the kernel completed only partly
-    uint64_t aborts = 0;            ///< connections broken by connected_socket::abort()
+    uint64_t accepted = 0;            ///< connections accepted
+    uint64_t accept_errors = 0;       ///< accepts that failed for want of descriptors or memory
+    uint64_t refused_connections = 0; ///< connections answered with the refusal and closed
+    uint64_t connected = 0;           ///< outgoing connections established
+    uint64_t recv_completions = 0;    ///< receive completions carrying data
+    uint64_t recv_bytes = 0;          ///< bytes received
+    uint64_t recv_arms = 0;           ///< multishot receives submitted
+    uint64_t zero_copy_buffers = 0;   ///< received buffers handed to readers without a copy
+    uint64_t copied_buffers = 0;      ///< received buffers copied because the ring ran low
+    uint64_t buffer_shortages = 0;    ///< receives stopped by an empty ring (ENOBUFS)
+    uint64_t recv_paused = 0;         ///< receives stopped because the reader fell behind
+    uint64_t sends = 0;               ///< send requests submitted
+    uint64_t vectored_sends = 0;      ///< of which carried several buffers (sendmsg)
+    uint64_t send_bytes = 0;          ///< bytes sent
+    uint64_t short_sends = 0;         ///< sends the kernel completed only partly
+    uint64_t aborts = 0;              ///< connections broken by connected_socket::abort()
 };
 
 /// The calling shard's TCP counters.

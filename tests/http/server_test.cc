@@ -6,6 +6,7 @@
 #include "core/log.hh"
 #include "core/metrics.hh"
 #include "core/smp.hh"
+#include "core/timer.hh"
 #include "net/http/prometheus.hh"
 #include "net/http/server.hh"
 #include "net/tcp/tcp.hh"
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -179,17 +181,29 @@ TEST(http_server, bad_requests_get_their_status_and_never_reach_the_shards) {
     EXPECT_EQ(rc, 0);
 }
 
-TEST(http_server, connections_over_the_limit_get_503) {
+TEST(http_server, connections_over_the_limit_get_503_when_none_waits_for_a_head) {
     int rc = run2([]() -> future<> {
-        fixture f;
-        co_await f.start({.max_connections = 1});
-        // The first connection stays open (no request yet); the second is refused.
-        connected_socket held = co_await tcp::connect(f.srv->local_address());
-        std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        // A route whose handler waits until the test lets it answer: its connection is busy.
+        promise<> release;
+        http::server srv({.max_connections = 1});
+        srv.add_route("GET", "/slow", [&](const http::request&) -> future<http::response> {
+            co_await release.get_future();
+            co_return http::response{};
+        });
+        srv.start(socket_address::parse("127.0.0.1:0"));
+        auto busy = exchange(srv.local_address(), "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+        bool entered = false;
+        for (int i = 0; i < 10000 && !entered; ++i) {
+            co_await sleep(1ms);
+            entered = srv.connections() == 1 && srv.requests() == 0;
+        }
+        std::string r = co_await exchange(srv.local_address(), "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
         EXPECT_EQ(status_of(r), 503) << r;
-        EXPECT_EQ(co_await f.probe_reads(), 0u);
-        held.abort();
-        co_await f.stop();
+        release.set_value();
+        r = co_await std::move(busy);
+        EXPECT_EQ(status_of(r), 200) << r;
+        EXPECT_EQ(srv.evicted(), 0u);
+        co_await srv.stop();
     });
     EXPECT_EQ(rc, 0);
 }
@@ -236,23 +250,100 @@ TEST(http_server, a_client_that_never_sends_is_closed_after_the_idle_timeout) {
     EXPECT_EQ(rc, 0);
 }
 
-TEST(http_server, silent_clients_at_the_connection_cap_are_closed_and_free_their_places) {
+TEST(http_server, silent_clients_at_the_connection_cap_lose_their_places_to_fresh_scrapes) {
     int rc = run2([]() -> future<> {
         fixture f;
-        co_await f.start({.max_connections = 2, .idle_timeout = 300ms});
+        // The idle timeout is far away: only making room can close the silent clients in time.
+        co_await f.start({.max_connections = 2, .idle_timeout = 60s});
         connected_socket a = co_await tcp::connect(f.srv->local_address());
         connected_socket b = co_await tcp::connect(f.srv->local_address());
-        // The cap is full of clients that never send: a scrape gets 503 at once.
+        // The cap is full of clients that never send: a scrape takes the oldest one's place.
         std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
-        EXPECT_EQ(status_of(r), 503) << r;
-        EXPECT_EQ(co_await f.probe_reads(), 0u);
-        // Then the idle timeout closes them, and scrapes are served again.
+        EXPECT_EQ(status_of(r), 200) << r;
         EXPECT_EQ(co_await read_until_closed(a), "");
-        EXPECT_EQ(co_await read_until_closed(b), "");
+        // Full again (b, then c): the next scrape takes b's.
+        connected_socket c = co_await tcp::connect(f.srv->local_address());
+        for (int i = 0; i < 10000 && f.srv->connections() < 2; ++i) {
+            co_await sleep(1ms);
+        }
         r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
         EXPECT_EQ(status_of(r), 200) << r;
-        EXPECT_EQ(co_await f.probe_reads(), 1u);
-        EXPECT_GE(f.srv->idle_closed(), 2u);
+        EXPECT_EQ(co_await read_until_closed(b), "");
+        EXPECT_EQ(co_await f.probe_reads(), 2u);
+        EXPECT_EQ(f.srv->evicted(), 2u);
+        EXPECT_EQ(f.srv->idle_closed(), 0u);
+        c.abort();
+        co_await f.stop();
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+namespace {
+
+/// A client that sends a request head one byte per `gap`, never finishing it, for up to 30 s.
+/// Resolves with true when the server closed the connection meanwhile.
+future<bool> slow_head(socket_address addr, steady_clock_type::duration gap) {
+    connected_socket s = co_await tcp::connect(addr);
+    auto in = std::make_unique<input_stream>(s.input());
+    auto out = s.output();
+    bool closed = false;
+    auto reading = tcp_test::read_to_end(*in).then_wrapped([&closed](future<std::string> f) {
+        f.ignore_ready_future();
+        closed = true;
+    });
+    try {
+        co_await out.write("GET /metrics HTTP/1.1\r\nHost: t\r\nX-Slow: ");
+        co_await out.flush();
+        auto end = steady_clock_type::now() + 30s;
+        while (!closed && steady_clock_type::now() < end) {
+            co_await out.write("a");
+            co_await out.flush();
+            co_await sleep(gap);
+        }
+    } catch (...) {
+        // The server closed it: a write failed.
+    }
+    const bool by_server = closed || !reading.available();
+    if (!closed) {
+        s.abort();
+    }
+    co_await std::move(reading);
+    co_return by_server;
+}
+
+} // namespace
+
+TEST(http_server, slow_heads_cannot_starve_scrapes) {
+    int rc = run2([]() -> future<> {
+        fixture f;
+        constexpr size_t cap = 4;
+        co_await f.start({.max_connections = cap, .idle_timeout = 60s, .head_timeout = 300ms});
+        // cap + 1 clients trickle request heads a byte at a time, each byte well within the
+        // idle timeout: only the deadline of a whole head (or making room) ends them.
+        std::vector<future<bool>> slow;
+        for (size_t i = 0; i <= cap; ++i) {
+            slow.push_back(slow_head(f.srv->local_address(), 20ms));
+        }
+        for (int i = 0; i < 10000 && f.srv->connections() < cap; ++i) {
+            co_await sleep(1ms);
+        }
+        std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        EXPECT_EQ(status_of(r), 200) << r;
+        size_t closed = 0;
+        for (auto& c : slow) {
+            closed += (co_await std::move(c)) ? 1 : 0;
+        }
+        EXPECT_EQ(closed, cap + 1) << "slow clients the server never closed";
+        EXPECT_EQ(f.srv->head_timeouts() + f.srv->evicted(), cap + 1);
+        EXPECT_GE(f.srv->head_timeouts(), 1u);
+        EXPECT_EQ(f.srv->idle_closed(), 0u);
+        // And later scrapes are served too.
+        r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+        EXPECT_EQ(status_of(r), 200) << r;
+        for (int i = 0; i < 10000 && f.srv->connections() > 0; ++i) {
+            co_await sleep(1ms);
+        }
+        EXPECT_EQ(f.srv->connections(), 0u) << "connections left behind";
         co_await f.stop();
     });
     EXPECT_EQ(rc, 0);
