@@ -86,7 +86,8 @@ public:
     /// How many bytes the output stream should gather before calling `put` (0: no preference).
     virtual size_t buffer_size_hint() const noexcept { return 0; }
     /// True when `output_stream::flush` drops the rest of its gathering buffer (the next write
-    /// allocates a new one): for memory that is scarce while idle, such as RDMA pool memory.
+    /// allocates a new one): for memory that is scarce while idle, such as RDMA pool memory, or
+    /// that idle connections should not hold, such as TCP's gathering blocks.
     bool release_buffer_when_flushed() const noexcept { return _release_when_flushed; }
 
 protected:

@@ -83,6 +83,7 @@ buffer_ring& buffer_ring::local() {
 buffer_ring::buffer_ring(unsigned count, unsigned depth, size_t buf_size, unsigned copy_below)
     : _count(count)
     , _depth(depth)
+    , _target(depth)
     , _buf_size(buf_size)
     , _copy_below(copy_below)
     , _wake_at(std::max(1u, copy_below / 2))
@@ -213,6 +214,11 @@ temporary_buffer buffer_ring::take(unsigned bid, size_t len) {
     if (_in_ring > 0) {
         --_in_ring;
     }
+    if (++_since_shortage >= _count && _target > _depth) {
+        // A whole pool's worth of receives found buffers: give the ring back some of its growth.
+        _target = std::max(_depth, _target / 2);
+        _since_shortage = 0;
+    }
     if (available() > _copy_below && !_detached) {
         ++_outstanding;
         ++st.zero_copy_buffers;
@@ -249,13 +255,12 @@ void buffer_ring::recycle(unsigned bid) noexcept {
 }
 
 void buffer_ring::top_up() noexcept {
-    // Two buffers per armed receive, at least the configured depth, at most the whole pool.
     // `_in_ring` is an upper bound (it drops only when a completion shows a buffer taken), so
     // filling up to the target never overruns the ring's entries.
     if (_detached) {
         return;
     }
-    const unsigned target = std::min(_count, std::max(_depth, 2 * _users));
+    const unsigned target = _target;
     unsigned added = 0;
     while (_in_ring < target && !_free.empty()) {
         unsigned bid = _free.back();
@@ -271,8 +276,13 @@ void buffer_ring::top_up() noexcept {
 }
 
 void buffer_ring::wait_for_buffers(buffer_waiter& w) {
-
     _waiters.push_back(&w);
+    // A receive found the ring empty: offer more buffers at once from now on.
+    if (_target < _count) {
+        _target = std::min(_count, 2 * _target);
+        top_up();
+    }
+    _since_shortage = 0;
     if (!_notify_scheduled && (available() >= _wake_at || _detached)) {
         _notify_scheduled = true;
         schedule(static_cast<task*>(this));

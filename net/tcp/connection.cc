@@ -41,6 +41,9 @@ public:
     explicit tcp_data_sink(connection& c) noexcept
         : _c(c) {
         _c.hold();
+        // An idle connection keeps no gathering buffer: after a flush the stream's block goes
+        // back to the shard's cache once sent, and the next write takes one from there.
+        _release_when_flushed = true;
     }
     ~tcp_data_sink() override { _c.release(); }
     future<> put(temporary_buffer buf) override { return _c.put(std::move(buf)); }
@@ -90,6 +93,60 @@ private:
     bool _sink_taken = false;
 };
 
+// --- the iovec arrays of vectored sends
+
+/// What a sendmsg needs to stay put while the kernel holds it. Borrowed for the duration of one
+/// send from the shard's cache, so idle connections hold none.
+struct send_vector {
+    static constexpr unsigned max_iov = 64;
+    iovec iov[max_iov];
+    msghdr msg;
+    send_vector* next;
+};
+
+namespace {
+
+/// One shard's spare send vectors, newest first (a warm one is reused).
+struct send_vector_cache {
+    /// More than this goes back to the heap.
+    static constexpr size_t max_kept = 64;
+    send_vector* head = nullptr;
+    size_t count = 0;
+    bool alive = true;
+    ~send_vector_cache() {
+        alive = false;
+        while (head) {
+            delete std::exchange(head, head->next);
+        }
+    }
+};
+
+thread_local send_vector_cache tl_vectors;
+
+/// A send vector for one sendmsg: a cached one, else a new one (throws std::bad_alloc).
+send_vector* take_send_vector() {
+    send_vector_cache& c = tl_vectors;
+    if (c.head) {
+        --c.count;
+        return std::exchange(c.head, c.head->next);
+    }
+    return new send_vector;
+}
+
+/// Gives `v` back once the kernel is done with its send.
+void give_back(send_vector* v) noexcept {
+    send_vector_cache& c = tl_vectors;
+    if (!c.alive || c.count >= send_vector_cache::max_kept) {
+        delete v;
+        return;
+    }
+    v->next = c.head;
+    c.head = v;
+    ++c.count;
+}
+
+} // namespace
+
 // --- lifetime
 
 connected_socket connection::make_socket(int fd, const socket_address& peer) {
@@ -120,6 +177,9 @@ connection::connection(int fd, const socket_address& peer)
 }
 
 connection::~connection() {
+    if (_vec) {
+        give_back(_vec);
+    }
     ::close(_fd);
 }
 
@@ -437,8 +497,17 @@ void connection::start_send() {
         // progress completes with its byte count): start nothing it would have to wait for.
         throw make_error(ECANCELED, "send", _peer);
     }
-    size_t n = std::min<size_t>(_sendq.size(), max_iov);
-    io_uring_sqe* sqe = r.get_sqe();
+    size_t n = std::min<size_t>(_sendq.size(), send_vector::max_iov);
+    send_vector* vec = n > 1 ? take_send_vector() : nullptr; // before the SQE: may throw
+    io_uring_sqe* sqe;
+    try {
+        sqe = r.get_sqe();
+    } catch (...) {
+        if (vec) {
+            give_back(vec);
+        }
+        throw;
+    }
     auto& st = local_stats();
     // No MSG_WAITALL: when the socket buffer fills, the send completes with what it took and we
     // send the rest. Buffers then go back (to the receive ring, for an echo) as their bytes
@@ -452,15 +521,16 @@ void connection::start_send() {
         size_t bytes = 0;
         for (size_t i = 0; i < n; ++i) {
             const temporary_buffer& b = _sendq[i];
-            _iov[i].iov_base = const_cast<char*>(b.get());
-            _iov[i].iov_len = b.size();
+            vec->iov[i].iov_base = const_cast<char*>(b.get());
+            vec->iov[i].iov_len = b.size();
             bytes += b.size();
         }
-        _msg = msghdr{};
-        _msg.msg_iov = _iov;
-        _msg.msg_iovlen = n;
-        io_uring_prep_sendmsg(sqe, _fd, &_msg, flags);
+        vec->msg = msghdr{};
+        vec->msg.msg_iov = vec->iov;
+        vec->msg.msg_iovlen = n;
+        io_uring_prep_sendmsg(sqe, _fd, &vec->msg, flags);
         _in_flight_bytes = bytes;
+        _vec = vec;
         ++st.vectored_sends;
     }
     io_uring_sqe_set_data(sqe, static_cast<io_completion*>(&_send_c));
@@ -470,6 +540,9 @@ void connection::start_send() {
 
 void connection::on_send(int result, uint32_t) noexcept {
     _send_in_flight = false;
+    if (_vec) {
+        give_back(std::exchange(_vec, nullptr));
+    }
     if (_send_error) {
         // Aborted while this send was in flight: its buffers may go now.
         _sendq.clear();

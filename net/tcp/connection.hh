@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -23,11 +22,18 @@
 namespace shoal::net::tcp::internal {
 
 class tcp_data_source;
+/// The iovec array and msghdr of one vectored send, borrowed from the shard (connection.cc).
+struct send_vector;
 
 /// One TCP connection: the socket, its receive side (a multishot recv into the shard's buffer
 /// ring, a queue of received buffers, one waiting reader) and its send side (a queue of
 /// buffers, at most one send or sendmsg in flight, short sends resumed). The connected
 /// socket, the data source and the data sink each hold a handle on it.
+///
+/// Memory: an idle connection holds only this object (a few hundred bytes). Received bytes live
+/// in the shard's buffer ring while a reader has not taken them; the queues allocate their slots
+/// on first use; the iovec array of a vectored send is borrowed from a per-shard cache for the
+/// time the kernel holds the send.
 ///
 /// Teardown: when the last handle goes, the receive is cancelled and queued output keeps going
 /// (as after close(2)); the object closes the fd and frees itself only once every request the
@@ -138,8 +144,6 @@ private:
     int setsockopt_or_throw(int level, int name, int value, const char* what);
     int getsockopt_int(int level, int name) const;
 
-    static constexpr unsigned max_iov = 64;
-
     int _fd;
     socket_address _peer;
     unsigned _handles = 0;
@@ -154,7 +158,7 @@ private:
     bool _reading = false;     // a reader asked for data at least once
     bool _input_ended = false; // peer closed, shutdown_input or close: reads return end of stream
     std::exception_ptr _recv_error;
-    std::deque<temporary_buffer> _recvq;
+    buffer_queue _recvq;
     size_t _unread = 0;
     size_t _max_unread;
     std::optional<promise<temporary_buffer>> _read_waiter;
@@ -171,14 +175,13 @@ private:
     bool _shut_wr = false;
     bool _aborted = false;
     std::exception_ptr _send_error;
-    std::deque<temporary_buffer> _sendq;
+    buffer_queue _sendq;
     size_t _send_queued = 0; // bytes in _sendq (in flight included)
     size_t _in_flight_bytes = 0;
     size_t _send_window;
     std::optional<promise<>> _put_waiter;
     std::optional<promise<>> _drain_waiter;
-    iovec _iov[max_iov];
-    msghdr _msg{};
+    send_vector* _vec = nullptr; // held while a vectored send is in flight
 };
 
 } // namespace shoal::net::tcp::internal

@@ -6,8 +6,11 @@
 #include "core/reactor.hh"
 #include "net/socket_address.hh"
 #include "net/tcp/tcp.hh"
+#include "net/temporary_buffer.hh"
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string_view>
 #include <system_error>
 
@@ -63,6 +66,92 @@ public:
 private:
     Owner& _owner;
     unsigned _pending = 0;
+};
+
+/// A FIFO of buffers (a connection's receive or send queue) that costs no memory while it has
+/// never held anything: its slots are allocated on the first push, doubled when full, and kept
+/// while they are few (`kept_slots`) so a connection that queues a buffer per request does not
+/// allocate per request; more slots than that go back to the heap when the queue empties. One
+/// shard; not copyable.
+class buffer_queue {
+public:
+    /// Slots allocated at the first push.
+    static constexpr uint32_t first_slots = 4;
+    /// Slots an empty queue keeps; a larger array is freed when the queue empties.
+    static constexpr uint32_t kept_slots = 8;
+
+    buffer_queue() noexcept = default;
+    buffer_queue(const buffer_queue&) = delete;
+    buffer_queue& operator=(const buffer_queue&) = delete;
+    ~buffer_queue() {
+        clear();
+        release_slots();
+    }
+
+    /// True when no buffer is queued.
+    bool empty() const noexcept { return _size == 0; }
+    /// Buffers queued.
+    size_t size() const noexcept { return _size; }
+    /// The oldest buffer; the queue must not be empty.
+    temporary_buffer& front() noexcept { return _slots[_head]; }
+    /// The `i`-th oldest buffer (`i < size()`).
+    temporary_buffer& operator[](size_t i) noexcept { return _slots[(_head + i) & (_cap - 1)]; }
+    /// Appends `b`; throws std::bad_alloc when the slots cannot grow (nothing is changed then).
+    void push_back(temporary_buffer b) {
+        if (_size == _cap) {
+            grow();
+        }
+        new (&_slots[(_head + _size) & (_cap - 1)]) temporary_buffer(std::move(b));
+        ++_size;
+    }
+    /// Drops the oldest buffer; the queue must not be empty.
+    void pop_front() noexcept {
+        _slots[_head].~temporary_buffer();
+        _head = (_head + 1) & (_cap - 1);
+        if (--_size == 0) {
+            _head = 0;
+            if (_cap > kept_slots) {
+                release_slots();
+            }
+        }
+    }
+    /// Drops every buffer (the slots go back to the heap).
+    void clear() noexcept {
+        while (_size) {
+            pop_front();
+        }
+        release_slots();
+    }
+    /// Bytes of heap memory the queue holds (its slots).
+    size_t memory() const noexcept { return size_t(_cap) * sizeof(temporary_buffer); }
+
+private:
+    void grow() {
+        uint32_t cap = _cap ? 2 * _cap : first_slots;
+        auto* slots = static_cast<temporary_buffer*>(::operator new(cap * sizeof(temporary_buffer)));
+        for (uint32_t i = 0; i < _size; ++i) {
+            temporary_buffer& from = _slots[(_head + i) & (_cap - 1)];
+            new (&slots[i]) temporary_buffer(std::move(from));
+            from.~temporary_buffer();
+        }
+        ::operator delete(_slots);
+        _slots = slots;
+        _cap = cap;
+        _head = 0;
+    }
+    void release_slots() noexcept {
+        if (_size == 0 && _slots) {
+            ::operator delete(_slots);
+            _slots = nullptr;
+            _cap = 0;
+            _head = 0;
+        }
+    }
+
+    temporary_buffer* _slots = nullptr;
+    uint32_t _cap = 0;
+    uint32_t _head = 0;
+    uint32_t _size = 0;
 };
 
 } // namespace shoal::net::tcp::internal

@@ -52,8 +52,9 @@ struct config {
     unsigned recv_buffers = 1024;
     /// Size of each receive buffer: the most one receive completion carries.
     size_t recv_buffer_size = 32 * 1024;
-    /// Buffers kept in the kernel's ring: two per armed receive, at least this many. The rest
-    /// of the pool waits on a free list, cold, so the shard's working set stays small.
+    /// Buffers kept in the kernel's ring, however many receives are armed (twice as many, up to
+    /// the pool, after receives found it empty). The rest of the pool waits on a free list,
+    /// cold and not resident, so the shard's working set stays small.
     unsigned ring_depth = 32;
     /// When fewer than this many buffers are left in the ring, received bytes are copied into
     /// heap memory and the ring buffer is returned at once, so readers that keep buffers cannot

@@ -17,18 +17,10 @@
 using namespace shoal;
 using namespace shoal::net;
 using namespace std::chrono_literals;
+using shoal::tcp_test::open_fds;
 using shoal::tcp_test::run;
 
 namespace {
-
-/// Open file descriptors of this process.
-size_t open_fds() {
-    size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-        ++n;
-    }
-    return n;
-}
 
 /// True when `f` failed with abort_requested_exception (consumes the exception).
 template <typename T>

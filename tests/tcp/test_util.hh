@@ -10,6 +10,7 @@
 #include "net/tcp/tcp.hh"
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -94,6 +95,15 @@ inline future<std::exception_ptr> echo(connected_socket s) {
         error = std::current_exception();
     }
     co_return error;
+}
+
+/// Open file descriptors of this process.
+inline size_t open_fds() {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+        ++n;
+    }
+    return n;
 }
 
 /// Raises the soft limit of open files to at least `n` (up to the hard limit); returns the
