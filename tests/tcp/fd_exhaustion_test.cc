@@ -38,6 +38,15 @@ namespace {
 constexpr std::string_view greeting = "HELLO\r\n";
 constexpr std::string_view refusal = "ERROR Too many open connections\r\n";
 
+#if defined(__SANITIZE_ADDRESS__)
+// The sanitizer build (ASan with UBSan) cannot run a process out of descriptors: UBSan's vptr
+// check probes memory through a pipe, which fails then, and it reports every object it checks
+// as having an invalid vptr. tests/kv/fd_exhaustion_test.py covers the behaviour on the binary.
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+
 /// The process's open descriptors.
 std::vector<int> open_fds() {
     std::vector<int> fds;
@@ -232,6 +241,9 @@ int client_base() {
 } // namespace
 
 TEST(FdExhaustion, ListenerKeepsAcceptingOnceDescriptorsAreFree) {
+    if (sanitized) {
+        GTEST_SKIP() << "descriptor exhaustion in-process breaks UBSan's vptr check (see above)";
+    }
     int rc = run([]() -> future<> {
         co_await warm_up();
         const uint64_t accepted0 = tcp::shard_stats().accepted;
@@ -293,6 +305,9 @@ TEST(FdExhaustion, ListenerKeepsAcceptingOnceDescriptorsAreFree) {
 }
 
 TEST(FdExhaustion, RefusalMessageThenEndOfStream) {
+    if (sanitized) {
+        GTEST_SKIP() << "descriptor exhaustion in-process breaks UBSan's vptr check (see above)";
+    }
     int rc = run([]() -> future<> {
         listen_options opts;
         opts.refusal = std::string(refusal);
