@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include <sys/resource.h>
 
@@ -20,6 +21,13 @@ std::vector<std::string> translate_memcached_args(int argc, char** argv) {
         std::string a = argv[i];
         if (i > 0 && a.size() >= 2 && a[0] == '-' && a[1] != '-') {
             if (a == "-v" || a == "-vv" || a == "-vvv") {
+                continue;
+            }
+            // -o idle_timeout=N (memcached's extended option); other -o options are passed
+            // through and refused as unknown.
+            if (a == "-o" && i + 1 < argc && std::string_view(argv[i + 1]).starts_with("idle_timeout=")) {
+                out.push_back("--idle-timeout");
+                out.push_back(std::string(argv[++i]).substr(std::strlen("idle_timeout=")));
                 continue;
             }
             auto it = long_of.find(a[1]);

@@ -141,6 +141,8 @@ int main(int argc, char** argv) {
     a.add_option("rdma-port", "native RDMA protocol: base port (shard s listens on it + s); empty: off", "");
     a.add_option("rdma-listen", "address of the RDMA device for --rdma-port (default: --listen)", "");
     a.add_option("drain-ms", "on SIGTERM, how long connections may drain before they are aborted", "2000");
+    a.add_option("idle-timeout", "-o idle_timeout=N: close a connection silent for N seconds (0: never)",
+                 "0");
     apps::add_metrics_options(a);
     auto args = kv_app::translate_memcached_args(argc, argv);
     std::vector<char*> argp;
@@ -172,6 +174,7 @@ int main(int argc, char** argv) {
         }
         cfg.limits.max_item_size = cfg.store.max_item_size;
         cfg.drain_timeout = std::chrono::milliseconds(a.get_size("drain-ms"));
+        cfg.idle_timeout = std::chrono::seconds(a.get_size("idle-timeout"));
         addr = net::socket_address::from_host_port(a.get("listen"), cfg.port);
         if (!a.get("rdma-port").empty()) {
             uint64_t rport = a.get_size("rdma-port");

@@ -5,7 +5,8 @@
 in store memory as they arrive (at most half of each shard's store; the rest are refused at once
 with memcached's out-of-memory error), so the server's RSS stays within -m plus its fixed costs,
 while another client keeps storing and reading values byte for byte. When the stalled senders
-go, every reserved byte and every connection is given back.
+go, every reserved byte and every connection is given back. With `-o idle_timeout=2`, a stalled
+sender is closed and its reservation returns by itself.
 
 usage: stalled_values_test.py SHOAL_KV_BINARY
 """
@@ -71,6 +72,42 @@ def wait_for(what, check, seconds=120):
         time.sleep(0.05)
 
 
+def idle_timeout_frees_a_stalled_sender(binary):
+    """memcached's `-o idle_timeout=N`: a sender stalled mid-value is closed and its memory
+    returns; a connection that keeps talking is not."""
+    port = free_port()
+    server = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port), "--smp", "2", "-m", "16",
+                               "-o", "idle_timeout=2"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    failures = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                c = client(port)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        stalled = socket.create_connection(("127.0.0.1", port), timeout=120)
+        stalled.sendall(b"set idle 0 0 100000\r\n" + b"i" * 50000)
+        wait_for("the stalled sender to be closed", lambda: c.stats()["idle_kicks"] == "1")
+        try:
+            if stalled.recv(100) != b"":
+                failures.append("the stalled sender got bytes instead of a close")
+        except ConnectionResetError:
+            pass  # a reset is a close too
+        wait_for("its reservation to return", lambda: c.stats()["incomplete_value_bytes"] == "0")
+        if c.call(b"get idle\r\n", b"END\r\n") != b"END\r\n":
+            failures.append("half a value was stored")
+    except (ConnectionResetError, AssertionError) as e:
+        failures.append(f"idle timeout: {e}")
+    finally:
+        server.kill()
+        server.wait()
+    return failures
+
+
 def main():
     binary = sys.argv[1]
     port = free_port()
@@ -129,6 +166,7 @@ def main():
         wait_for("the stalled connections to go", lambda: c.stats()["curr_connections"] == "1")
         if server.poll() is not None:
             failures.append("shoal-kv exited")
+        failures += idle_timeout_frees_a_stalled_sender(binary)
     finally:
         server.kill()
         server.wait()
