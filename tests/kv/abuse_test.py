@@ -16,50 +16,14 @@ import os
 import random
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kv_process import client, fd_count, server  # noqa: E402
+
 MAX_CONNECTIONS = 300
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-class client:
-    def __init__(self, port, timeout=120):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.rx = b""
-
-    def until(self, suffix):
-        while not self.rx.endswith(suffix):
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise RuntimeError(f"connection closed; got {self.rx[:200]!r}")
-            self.rx += data
-        out, self.rx = self.rx, b""
-        return out
-
-    def call(self, req, suffix=b"\r\n"):
-        self.sock.sendall(req)
-        return self.until(suffix)
-
-    def stats(self):
-        out = {}
-        for line in self.call(b"stats\r\n", b"END\r\n").split(b"\r\n"):
-            parts = line.split(b" ")
-            if len(parts) == 3 and parts[0] == b"STAT":
-                out[parts[1].decode()] = parts[2].decode()
-        return out
 
 
 def reset(sock):
@@ -201,28 +165,18 @@ def bursts(port, stop, counts, errors):
 def main():
     binary = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 40
-    port = free_port()
-    log = tempfile.TemporaryFile()
-    server = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(port), "--smp", "2", "-m", "32", "-c",
-                               str(MAX_CONNECTIONS)], stdout=log, stderr=subprocess.STDOUT)
     errors = []
+    srv = server(binary, ["--smp", "2", "-m", "32", "-c", str(MAX_CONNECTIONS)])
+    port = srv.port
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                probe = client(port)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.1)
+        probe = srv.first
         # Every shard reads once before the baseline (a shard's receive ring opens its eventfd
         # at its first read).
         for i in range(8):
             client(port).call(b"version\r\n")
         time.sleep(0.5)
         base = probe.stats()
-        base_fds = fd_count(server.pid)
+        base_fds = fd_count(srv.pid)
 
         stop = threading.Event()
         counts = {k: 0 for k in ["sets", "hits", "misses", "refused", "resets", "stalled", "non_readers",
@@ -250,28 +204,26 @@ def main():
         def settled():
             st = probe.stats()
             return (st["curr_connections"] == base["curr_connections"] and st["incomplete_value_bytes"] == "0"
-                    and fd_count(server.pid) <= base_fds)
+                    and fd_count(srv.pid) <= base_fds)
 
         deadline = time.monotonic() + 120
         while not settled():
             if time.monotonic() > deadline:
                 st = probe.stats()
                 errors.append(f"not back at baseline: curr_connections {st['curr_connections']} "
-                              f"(was {base['curr_connections']}), fds {fd_count(server.pid)} (was {base_fds}), "
+                              f"(was {base['curr_connections']}), fds {fd_count(srv.pid)} (was {base_fds}), "
                               f"incomplete_value_bytes {st['incomplete_value_bytes']}")
                 break
             time.sleep(0.1)
         if probe.call(b"set after 0 0 2\r\nok\r\nget after\r\n", b"END\r\n") != \
                 b"STORED\r\nVALUE after 0 2\r\nok\r\nEND\r\n":
             errors.append("the server does not serve after the abuse")
-        if server.poll() is not None:
-            errors.append(f"shoal-kv exited with {server.returncode}")
-    finally:
-        server.kill()
-        server.wait()
+        if srv.proc.poll() is not None:
+            errors.append(f"shoal-kv exited with {srv.proc.returncode}")
         if errors:
-            log.seek(0)
-            sys.stdout.write(log.read().decode(errors="replace")[-4000:])
+            sys.stdout.write(srv.output())
+    finally:
+        srv.stop()
     for e in errors[:20]:
         print("FAIL:", e)
     print("1 passed, 0 failed" if not errors else "0 passed, 1 failed")
