@@ -7,7 +7,7 @@
 namespace shoal::kv {
 
 /// Where a shard's value memory comes from, in pages of one size. The store never allocates
-/// item memory any other way, so a source backed by a registered RDMA pool (issue 12) makes
+/// item memory any other way, so a source backed by a registered RDMA pool makes
 /// every key and value remotely readable without a registration per item. Used on one shard.
 class page_source {
 public:

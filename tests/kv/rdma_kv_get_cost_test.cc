@@ -1,4 +1,4 @@
-// What a GET of a cached location costs the client per GET (issue 12), in the Soft-RoCE guest:
+// What a GET of a cached location costs the client per GET, in the Soft-RoCE guest:
 // heap allocations (this binary replaces the global operator new to count them on the shard's
 // thread) and reactor tasks, over many cached GETs of a 32-byte value, one at a time. A cached
 // GET needs one allocation (the value's std::string; none into the caller's buffer) and one

@@ -1,4 +1,4 @@
-// kv's RDMA transport against a server that stops answering or dies (issue 12), in the Soft-RoCE
+// kv's RDMA transport against a server that stops answering or dies, in the Soft-RoCE
 // guest: the server is a child process (shoal-kv's two front ends on 2 shards) paused with
 // SIGSTOP or killed with SIGKILL. A paused server fails the requests in flight with a clear
 // error after the request timeout (no hang) and serves again once resumed; a dead one is

@@ -1,4 +1,4 @@
-// Seed 004's multi-client stress test (issue 12) in the Soft-RoCE guest: 8 clients of one 2-shard
+// Seed 004's multi-client stress test in the Soft-RoCE guest: 8 clients of one 2-shard
 // server over the native RDMA protocol — 6 in this process, 2 child processes that are killed
 // with SIGKILL, one with large PUTs in flight (grants held), one with GETs (READs) in flight.
 // Random GET / SET (inline and granted) / overwrite / DEL over private keys (each checked against

@@ -1,4 +1,4 @@
-// The native RDMA KV protocol (issue 12) in the Soft-RoCE guest: shoal-kv's store in registered
+// The native RDMA KV protocol in the Soft-RoCE guest: shoal-kv's store in registered
 // memory served over RDMA and TCP at once (2 shards), kv::client over both transports, GET by
 // location and by cached location (READ validated by version and checksum), PUT inline and by
 // grant → WRITE_WITH_IMM commit, grant expiry and disconnect, writes outside a grant, and the

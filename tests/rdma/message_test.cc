@@ -1,4 +1,4 @@
-// Zero-copy output, the message API and tagged immediates over RDMA (Soft-RoCE guest, issue 9):
+// Zero-copy output, the message API and tagged immediates over RDMA (Soft-RoCE guest):
 // output_stream gathers into registered pool memory that is sent in place (copies per message
 // counted), a header and a payload leave in one SEND (several scatter-gather entries), messages
 // keep their boundaries, and two users share one connection's immediates through tags while

@@ -359,7 +359,7 @@ TEST(ring_channel, a_broken_connection_fails_pending_operations_and_a_new_one_re
 
 namespace {
 
-/// Issue 13: the disconnect can overtake the last doorbells (their receive completions still in
+/// The disconnect can overtake the last doorbells (their receive completions still in
 /// the consumer's CQ when the break is handled), or the last commit index (`poll`). Each round,
 /// the producer (shard 1) sends N records, and the moment the last one resolved drops the
 /// producer and its connection; the consumer (shard 0, already waiting) must receive all N, in
@@ -495,7 +495,7 @@ future<std::string> receive_records(rdma::ring_consumer& ring, uint32_t count) {
 } // namespace
 
 TEST(ring_channel, shares_its_connection_with_messages_and_another_tagged_user) {
-    // Issue 9: the ring runs on two tags (14 and 15 by default); request/reply messages and a
+    // The ring runs on two tags (14 and 15 by default); request/reply messages and a
     // third user's tagged immediates (tag 1) use the same connection at the same time. A small
     // ring makes the producer wait (wait requests and pushes travel beside everything else).
     int rc = run_rdma(2, []() -> future<> {
@@ -718,7 +718,7 @@ TEST(ring_resync_child, produce) {
 
 namespace {
 
-/// Issue 13's resynchronisation: producer processes are killed (SIGKILL) at random points while
+/// Resynchronisation: producer processes are killed (SIGKILL) at random points while
 /// they send (after a random number of delivered records); each new one opens on a new
 /// connection, learns from the ring's header how many records the consumer was announced
 /// (`resume_record`) and sends from there. The consumer (polling the commit index with `poll`)
@@ -870,7 +870,7 @@ future<> send_small_records(rdma::ring_producer& p, uint32_t seed, uint32_t firs
 } // namespace
 
 TEST(ring_channel, a_polling_consumer_takes_no_doorbell_while_it_polls_and_is_woken_after_it_slept) {
-    // Issue 13: a consumer that polls the commit index takes no receive completion while it
+    // A consumer that polls the commit index takes no receive completion while it
     // polls (only one per sleep, which it asked for), and one whose shard went to sleep is still
     // woken by the next record. The shards poll 2 ms before they sleep (default 200 us): the
     // emulated guest's producer often stalls longer than 200 us, and each stall would be a sleep.
@@ -983,7 +983,7 @@ struct write_run {
 } // namespace
 
 TEST(ring_channel, write_and_try_write_take_random_records_through_a_small_ring_and_flush_loses_none) {
-    // Issue 13: records without a future each. 4,000 checksummed records of 8 B - 6 KB through
+    // Records without a future each. 4,000 checksummed records of 8 B - 6 KB through
     // an 8 KiB ring (hundreds of laps) from shard 1; the consumer pauses, so try_write finds
     // the ring full and write waits. The producer closes its connection the moment its last
     // flush resolved: every record must still arrive (flush's no-loss guarantee).
@@ -1205,7 +1205,7 @@ TEST(ring_channel, send_write_and_try_write_mixed_keep_their_order) {
 }
 
 TEST(ring_channel, a_polling_consumer_takes_a_torn_commit_word_for_no_index) {
-    // Issue 13 (ring-flake): rxe places the 8-byte commit WRITE byte by byte, so a consumer that
+    // rxe places the 8-byte commit WRITE byte by byte, so a consumer that
     // polls can read a word half old commit index, half new (the flake: an index inside an
     // entry, "bad entry"). Every such mixture, written here by a real RDMA WRITE before the
     // batch it would announce, must be taken for no index; the batch then arrives intact.

@@ -315,7 +315,7 @@ TEST(ring_fan_in, a_dead_producer_does_not_wedge_the_others_polling) {
 }
 
 TEST(ring_fan_in, producers_on_their_own_tags_beside_another_tagged_user) {
-    // Issue 9: each ring runs on the tags its producer chose (ring_fan_in::attach(i, c, tags)),
+    // Each ring runs on the tags its producer chose (ring_fan_in::attach(i, c, tags)),
     // and every connection also carries tag 0's values (one per 10 records) to another reader.
     int rc = run_rdma(2, []() -> future<> {
         constexpr unsigned producers = 2;

@@ -49,7 +49,7 @@ void run_case(const char* name, unsigned smp = 1) {
 /// Tasks one call at concurrency 1 may run on its shard (client and server together).
 /// Measured: 1, the caller's resume: request and reply are the first frames of their loop
 /// iteration on their link, so each leaves at once, without the flush task (3 with the flush
-/// tasks, 10 before issue 10's fifth pass, 8 before the link took messages from the receive
+/// tasks, 10 before the link's fifth round of cuts, 8 before it took messages from the receive
 /// completion, 6 before client and server took frames from the link as they complete); the
 /// half is room for a stray timer task.
 constexpr double max_tasks_per_call = 1.5;
@@ -217,7 +217,7 @@ void check_loop(const char* what, uint64_t before, int rounds, bool intact, doub
     EXPECT_LE(per_op, max_tasks) << what;
 }
 
-/// The baseline of issue 10's per-call cost: a 128-byte round trip on the raw RDMA stream (the
+/// The baseline of the RPC's per-call cost: a 128-byte round trip on the raw RDMA stream (the
 /// path `shoal-echo --transport rdma` measures), one at a time on one shard, with an attachment
 /// call of the same size over RPC next to it. Both echo the bytes intact; the stream runs few
 /// tasks per round trip, and a call at most `max_tasks_per_call`. Under callgrind

@@ -1,5 +1,5 @@
 // shoal-echo as a process: SIGTERM stops it within its shutdown timeout while a client keeps
-// sending and never reads (issue 16). The client is a plain non-blocking socket in the test
+// sending and never reads. The client is a plain non-blocking socket in the test
 // process; the server runs as a child with its stdout on a pipe.
 
 #include <cerrno>

@@ -1,4 +1,4 @@
-// Half a megabyte or more in flight on one connection (issue 11: 64 KB values pipelined by 8,
+// Half a megabyte or more in flight on one connection (64 KB values pipelined by 8,
 // `shoal-echo bench --sizes 512K`): the receive of a reader that keeps up is never stopped by
 // the transport itself. Every stop of a multishot receive (the unread limit, an empty ring) costs
 // a re-arm, so the number of arms tells whether the path paused; timing is the benchmarks' job.

@@ -1,4 +1,4 @@
-// Copies per message on the output path (issue 9): output_stream gathers into memory the sink
+// Copies per message on the output path: output_stream gathers into memory the sink
 // allocates and hands slices of it over without another copy; write() of several buffers hands
 // them over as they are, in one put_many (over TCP: one sendmsg).
 
