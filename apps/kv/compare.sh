@@ -74,18 +74,18 @@ PY
                         continue
                     fi
                     echo "compare: -m $mem, $t threads, zipf:$s, ${space}x ($keys keys)..." >&2
-                    sport=$(free_port)
-                    mport=$(free_port "$sport")
-                    memcached -l 127.0.0.1 -p "$mport" -U 0 -t "$t" -m "$mem" -c 1024 "${user[@]}" &
-                    mpid=$!
+                    avoid_port="" serve_on_free_port memcached -l 127.0.0.1 -p "{port}" -U 0 -t "$t" \
+                        -m "$mem" -c 1024 "${user[@]}" || { echo "memcached did not start" >&2; exit 1; }
+                    mport=$served_port
+                    mpid=$served_pid
                     # --no-pin: the scheduler places shoal-kv's shards as it places memcached's threads
                     # (a shard pinned to a core a build keeps busy would only make the cell slow).
-                    "$build/apps/kv/shoal-kv" -l 127.0.0.1 -p "$sport" -m "$mem" -c 1024 --smp "$t" --no-pin \
-                        >/dev/null 2>&1 &
-                    spid=$!
+                    avoid_port=$mport serve_on_free_port "$build/apps/kv/shoal-kv" -l 127.0.0.1 -p "{port}" \
+                        -m "$mem" -c 1024 --smp "$t" --no-pin || { echo "shoal-kv did not start" >&2; exit 1; }
+                    sport=$served_port
+                    spid=$served_pid
                     # shellcheck disable=SC2064
                     trap "kill $spid $mpid 2>/dev/null || true; rm -f '$results' '$log'" EXIT
-                    wait_port "$sport" && wait_port "$mport"
                     if json=$(timeout 600 "$build/apps/kv/shoal-kv-bench" --smp 1 \
                         --targets "shoal-kv=127.0.0.1:$sport@$spid,memcached=127.0.0.1:$mport@$mpid" \
                         --mode cache --keys "$keys" --key-dist "zipf:$s" --value-size "$values" \

@@ -32,20 +32,20 @@ run_bench() {
     }
 }
 
-port=$(free_port)
-"$server_bin" -l 127.0.0.1 -p "$port" --smp 1 -m 16 >"$work/shoal.log" 2>&1 &
-pids+=($!)
-wait_port "$port" || { cat "$work/shoal.log"; exit 1; }
-run_bench shoal-kv "$port" "${pids[-1]}"
+served_log="$work/shoal.log" serve_on_free_port "$server_bin" -l 127.0.0.1 -p "{port}" --smp 1 -m 16 ||
+    { cat "$work/shoal.log"; exit 1; }
+pids+=("$served_pid")
+port=$served_port
+run_bench shoal-kv "$port" "$served_pid"
 
 if [ -x /usr/bin/memcached ]; then
-    mport=$(free_port "$port")
     user=()
     [ "$(id -u)" = 0 ] && user=(-u root)
-    /usr/bin/memcached -l 127.0.0.1 -p "$mport" -U 0 -t 1 -m 16 "${user[@]}" &
-    pids+=($!)
-    wait_port "$mport"
-    run_bench memcached "$mport" "${pids[-1]}"
+    served_log="$work/memcached.log" avoid_port=$port serve_on_free_port \
+        /usr/bin/memcached -l 127.0.0.1 -p "{port}" -U 0 -t 1 -m 16 "${user[@]}" ||
+        { cat "$work/memcached.log"; exit 1; }
+    pids+=("$served_pid")
+    run_bench memcached "$served_port" "$served_pid"
 else
     echo "memcached is not installed: shoal-kv only"
 fi

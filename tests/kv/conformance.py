@@ -10,6 +10,9 @@ usage: conformance.py SHOAL_KV_BINARY [MEMCACHED_BINARY]
 """
 import os, re, shutil, socket, subprocess, sys, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kv_process  # noqa: E402
+
 CASES = [
     # An HTTP request line closes the connection (nothing after it is answered); so does
     # nothing else that merely looks like one.
@@ -203,11 +206,7 @@ def normalize(reply):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return kv_process.free_port()  # below the ephemeral range: no concurrent client takes it
 
 
 def wait_listening(port, proc, what):

@@ -13,13 +13,14 @@ usage: connection_abuse_test.py SHOAL_KV_BINARY [ROUNDS]
 """
 import os, random, socket, struct, subprocess, sys, threading, time, urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kv_process  # noqa: E402
+
 DEADLINE = 60.0  # seconds to wait for the baseline (the server is back in milliseconds)
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return kv_process.free_port()  # below the ephemeral range: no concurrent client takes it
 
 
 def recv_until(sock, end, limit=1 << 24):

@@ -12,13 +12,14 @@ usage: idle_memory_test.py SHOAL_KV_BINARY [CONNECTIONS] [MEMCACHED_BINARY]
 """
 import os, resource, shutil, socket, subprocess, sys, threading, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kv_process  # noqa: E402
+
 BOUND = 8 * 1024  # bytes of RSS per idle connection
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return kv_process.free_port()  # below the ephemeral range: no concurrent client takes it
 
 
 def rss_kb(pid):

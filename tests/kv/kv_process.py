@@ -1,6 +1,7 @@
 """What the black-box KV scripts share: a server process on a free loopback port, a blocking
 text-protocol client, polling for a condition, and the server's resident memory and descriptors."""
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -8,10 +9,16 @@ import time
 
 
 def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing uses now, below the kernel's ephemeral range (32768
+    and up by default) so that no client socket of a concurrent test takes it meanwhile."""
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
 
 
 def rss_kb(pid):
@@ -74,20 +81,25 @@ class server:
     report; `first` is a connected client once it listens. Use as a context manager."""
 
     def __init__(self, binary, args):
-        self.port = free_port()
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(self.port)] + args, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.first = client(self.port)
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise
-                time.sleep(0.1)
+        # Another process may take the port between its choice and the server's bind: a server
+        # that exits before listening is started again on another port.
+        for attempt in range(5):
+            self.port = free_port()
+            self.proc = subprocess.Popen([binary, "-l", "127.0.0.1", "-p", str(self.port)] + args, stdout=self.log,
+                                         stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    self.first = client(self.port)
+                    return
+                except OSError:
+                    if self.proc.poll() is not None and attempt < 4:
+                        break
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        self.stop()
+                        raise
+                    time.sleep(0.1)
 
     @property
     def pid(self):
