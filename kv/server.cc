@@ -486,21 +486,12 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
         r.no_memory = true;
         co_return uint64_t(len) + 2 - first.size();
     }
-    ++_values_landing;
-    // Ends the reservation on the owner; `linked` when execute_landed_storage already did.
-    auto give_back = [this, owner, landing, len](bool linked) -> future<> {
-        --_values_landing;
-        auto release = [landing, len, linked](server& s) {
-            s._conn.landing_bytes -= len;
-            if (!linked) {
-                s._store.abandon(landing);
-            }
-        };
-        if (owner == this_shard_id()) {
-            release(*this);
-            return make_ready_future<>();
+    // Ends the reservation (on the owner); `linked`: execute_landed_storage already did.
+    auto release = [landing, len](server& s, bool linked) {
+        s._conn.landing_bytes -= len;
+        if (!linked) {
+            s._store.abandon(landing);
         }
-        return _peers->invoke_on(owner, release);
     };
     // The bytes go into the reserved item as they come: the key's store accounts for them and
     // nobody else touches the item until it is handed back to its shard below.
@@ -540,7 +531,11 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
         failed = std::current_exception();
     }
     if (failed || crlf[0] != '\r' || crlf[1] != '\n') {
-        co_await give_back(false);
+        if (owner == this_shard_id()) {
+            release(*this, false);
+        } else {
+            co_await _peers->invoke_on(owner, [&release](server& s) { release(s, false); });
+        }
         if (failed) {
             std::rethrow_exception(failed);
         }
@@ -550,12 +545,14 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
         co_return 0;
     }
     r.value = std::string_view(dst, len);
-    auto execute = [&r, h, landing, in_place](server& s, std::string& part) {
+    // The request runs where the key lives, and ends the reservation there in the same visit.
+    auto execute = [&r, h, landing, in_place, &release](server& s, std::string& part) {
         if (in_place) {
             execute_landed_storage(r, h, landing, s._store, part);
         } else {
             execute_key_command(r, h, s._store, part);
         }
+        release(s, in_place);
     };
     if (owner == this_shard_id()) {
         execute(*this, reply.text());
@@ -566,7 +563,6 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
             return part;
         });
     }
-    co_await give_back(in_place);
     co_return 0;
 }
 

@@ -91,10 +91,6 @@ public:
     /// memcached's general `stats` of the whole server (every shard's counters summed), as the
     /// text protocol answers them: `STAT name value` lines and END.
     future<std::string> general_stats();
-    /// Values being received straight into store memory on this shard's connections now.
-    size_t values_landing() const noexcept { return _values_landing; }
-    /// Bytes of this shard's store reserved for values still arriving.
-    size_t landing_bytes() const noexcept { return _conn.landing_bytes; }
     /// Server time per read of requests: from the read that brought them to their replies
     /// flushed (the requests of one read share one sample; reads without a reply have none).
     const metrics::histogram& request_latency() const noexcept { return _latency; }
@@ -131,7 +127,6 @@ private:
     metrics::histogram _latency = metrics::histogram::exponential(1e-6, 2, 24); // 1 us .. 8 s
     timer<> _clock;
     uint32_t _started;
-    size_t _values_landing = 0; ///< values this shard's connections are receiving into a store
 };
 
 /// Starts `servers` listening on `addr` on every shard: shard 0 first, so that a port 0 becomes
