@@ -45,10 +45,10 @@ protected:
 /// an empty ring wait here and are re-armed (from a task, never re-entrantly) once buffers
 /// return.
 ///
-/// Lifetime: created on a shard's first receive, it keeps one request in the ring (a poll on an
-/// eventfd nobody writes) that the reactor cancels when it stops; then the ring is unregistered
-/// while the io_uring still exists, and the memory is freed once readers have dropped every
-/// buffer they still hold.
+/// Lifetime: created on a shard's first accept or receive, it keeps one request in the ring (a poll
+/// on an eventfd nobody writes) that the reactor cancels when it stops; then the ring is
+/// unregistered while the io_uring still exists, and the memory is freed once readers have dropped
+/// every buffer they still hold.
 class buffer_ring final : public io_completion, private task {
 public:
     /// The calling shard's ring, set up on first use. Throws std::system_error when the kernel

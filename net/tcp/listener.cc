@@ -1,5 +1,6 @@
 #include "net/tcp/listener.hh"
 
+#include "net/tcp/buffer_ring.hh"
 #include "net/tcp/connection.hh"
 
 #include <algorithm>
@@ -106,6 +107,9 @@ future<accept_result> listener::accept() {
             return make_exception_future<accept_result>(make_error(ECANCELED, "accept", _addr));
         }
         try {
+            // The shard's receive ring (and its eventfd) exists before the first connection
+            // does: a server that runs out of descriptors later still reads what it accepted.
+            buffer_ring::local();
             arm();
         } catch (...) {
             return make_exception_future<accept_result>(std::current_exception());

@@ -175,8 +175,7 @@ def main():
     port = srv.port
     try:
         probe = srv.first
-        # Every shard reads once before the baseline (a shard's receive ring opens its eventfd
-        # at its first read).
+        # Every shard serves once before the baseline: what a shard sets up on first use is in it.
         for i in range(8):
             client(port).call(b"version\r\n")
         time.sleep(0.5)
