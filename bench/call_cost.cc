@@ -2,7 +2,7 @@
 // on the machine it runs on. Natively a call is a few cycles; in the Soft-RoCE guest (qemu TCG)
 // every return is an indirect jump the emulator must look up, so a call costs as much as dozens
 // of straight-line instructions. That is why the cached GET's path is measured in calls per GET
-// as well as in instructions (bench/instructions_per_op.sh, docs/performance.md "Calls, not
+// as well as in instructions (bench/instructions_per_op.sh, docs/performance-history.md "Calls, not
 // instructions").
 //
 //   shoal-bench-call-cost [ROUNDS]     (default 3000; prints P50 ns of each row)

@@ -50,7 +50,7 @@ for n in 1000 3000; do
 done
 
 # Calls per operation too: in the TCG guest a call and its return cost far more than the
-# straight-line instructions around them (docs/performance.md, "Calls, not instructions").
+# straight-line instructions around them (docs/performance-history.md, "Calls, not instructions").
 calls_in() { awk '/^calls=/ {sub(/^calls=/, ""); n += $1} END {print n + 0}' "$1"; }
 echo "| operation | build | user instructions per operation | calls per operation |"
 echo "| --- | --- | ---: | ---: |"

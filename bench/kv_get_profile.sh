@@ -1,6 +1,6 @@
 #!/bin/sh
 # kv_get_profile.sh BUILD_DIR - where CPU 0's time goes under a cached GET against ib_read_lat, in
-# ONE Soft-RoCE guest (issue 12; docs/performance.md, "Two guesses about the GET's cold path"):
+# ONE Soft-RoCE guest (docs/performance-history.md, "Two guesses about the GET's cold path"):
 #   tests/softroce/run-in-guest.sh --timeout 600 -- bench/kv_get_profile.sh build/release
 # Samples CPU 0 with Debian's perf (cpu-clock, KV_PROFILE_HZ, 20,000 by default) for
 # KV_PROFILE_SECONDS (3) while shoal-kv-bench GETs a 32-byte value by its cached location into a

@@ -1,6 +1,6 @@
 #!/bin/sh
 # kv_inline_sweep.sh BUILD_DIR - where the native RDMA protocol's inline thresholds should be
-# (issue 12), measured in ONE Soft-RoCE guest boot:
+# measured in ONE Soft-RoCE guest boot:
 #   tests/softroce/run-in-guest.sh --timeout 1500 -- bench/kv_inline_sweep.sh build/release
 # For each value size (KV_SWEEP_SIZES, default 256 B .. 64 KB) four latency cells (P50, one
 # request at a time, bench/kv_rdma_lib.sh's setup): PUT inline (--inline-put-max 1M) vs granted

@@ -1,7 +1,7 @@
 #!/bin/sh
 # kv_rdma_vs_perftest.sh BUILD_DIR - shoal-kv over its native RDMA protocol, the same workloads over
 # its TCP front end, and perftest's ib_read_lat, back to back in ONE Soft-RoCE guest so that the
-# numbers are comparable (same boot, same load; issue 12):
+# numbers are comparable (same boot, same load):
 #   tests/softroce/run-in-guest.sh --timeout 900 -- bench/kv_rdma_vs_perftest.sh build/release
 # One server shard on CPU 1, one client shard on CPU 0, both --poll-mode (KV_BENCH_POLL=
 # to let them sleep when idle); one connection, one

@@ -1,7 +1,7 @@
 #!/bin/sh
 # pool_vs_perftest.sh BUILD_DIR - the remote memory pool's remote_write / remote_read of leased
 # slices (shoal-bench-pool) against perftest's ib_write_bw / ib_read_bw, at 4 KiB and 1 MiB, in
-# ONE Soft-RoCE guest, alternating ROUNDS times (same boot, same load; issue 13):
+# ONE Soft-RoCE guest, alternating ROUNDS times (same boot, same load):
 #   tests/softroce/run-in-guest.sh --timeout 900 -- bench/pool_vs_perftest.sh build/release
 # Both sides keep DEPTH operations in flight (perftest -t DEPTH; shoal --depth DEPTH, one leased
 # slice each). perftest: one QP, server and client processes in this guest; shoal: one process,

@@ -1,6 +1,7 @@
 #!/bin/sh
 # rpc_echo_ab.sh BUILD_DIR OLD_DIR [ROUNDS] - RPC against the raw RDMA stream, two builds side by
-# side, in ONE Soft-RoCE guest boot (issue 10's aim: RPC ≥ 0.9 × the stream's QPS at 128 B):
+# side, in ONE Soft-RoCE guest boot (the aim: RPC ≥ 0.9 × the stream's QPS at 128 B;
+# docs/performance.md, "RDMA: RPC against the raw stream"):
 #   tests/softroce/run-in-guest.sh --timeout 900 --rw "$PWD/BUILD_DIR" -- bench/rpc_echo_ab.sh BUILD_DIR OLD_DIR
 # OLD_DIR holds the other build's shoal-echo and shoal-rpc-bench. Per round: `shoal-echo` and
 # `shoal-rpc-bench` of each build, 128 B at concurrency 1 and 16, server and client of the same

@@ -12,7 +12,8 @@ struct rdma_client_options {
     /// Values up to this many bytes travel inline in the store request (one round trip);
     /// larger ones (and any that do not fit one message) are granted a slice, written with RDMA
     /// WRITE and committed. 64 KB, in effect whatever fits a message: inline was faster at every
-    /// size measured that fits, up to 48 KB (bench/kv_inline_sweep.sh, docs/performance.md).
+    /// size measured that fits, up to 48 KB (bench/kv_inline_sweep.sh; docs/performance-history.md,
+    /// "Inline thresholds, measured").
     size_t inline_put_max = 65536;
     /// GET replies carry values up to this many bytes inline (larger ones: a location the client
     /// READs); unset: the server's `rdma_server_config::inline_get_max`. Either way a value

@@ -25,7 +25,7 @@ class registered_page_source;
 struct rdma_server_config {
     /// GET replies carry values up to this many bytes inline (no READ needed), unless the client
     /// sends its own limit. 8 KB: inline and location + READ cross between 8 and 16 KB (measured,
-    /// bench/kv_inline_sweep.sh, docs/performance.md).
+    /// bench/kv_inline_sweep.sh, docs/performance-history.md, "Inline thresholds, measured").
     size_t inline_get_max = 8192;
     /// A grant not committed within this time is revoked and its memory returns.
     std::chrono::milliseconds grant_timeout{5000};

@@ -295,7 +295,7 @@ void rdma_transport::remember(const std::string& key, const wire::response& h, u
 }
 
 // Inlined into the GET paths (as `cached`): in the emulated guest a call costs more than the
-// instructions around it (docs/performance.md, "Calls, not instructions").
+// instructions around it (docs/performance-history.md, "Calls, not instructions").
 [[gnu::always_inline]] inline std::optional<record::view>
 rdma_transport::decode(const char* buf, uint32_t len, std::string_view key) {
     record::view v;

@@ -1,5 +1,6 @@
 #!/bin/sh
-# compare_rdma.sh BUILD_DIR - the RPC measurements of docs/performance.md, in ONE Soft-RoCE guest
+# compare_rdma.sh BUILD_DIR - the RPC measurements of docs/performance.md and
+# docs/performance-history.md ("RPC"), in ONE Soft-RoCE guest
 # boot so that they are comparable:
 #   tests/softroce/run-in-guest.sh --timeout 900 -- apps/rpc/compare_rdma.sh build/release
 # 1. raw stream: shoal-echo over RDMA, 128 B at concurrency 1 and 16 (and 1 MB once);
@@ -14,8 +15,8 @@
 # SMALL_ONLY=1 runs only the 128 B cells (concurrency 1 and 16), ROUNDS times (default 3)
 # interleaved: raw stream, RPC message path, the same without coalescing (--rdma-coalesce off),
 # RPC over the RDMA stream.
-# Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RDMA
-# section of docs/performance.md). SECONDS_PER_CELL (default 2) sets the duration of a cell.
+# Server `--smp 1 --cpuset 1`, client `--smp 1 --cpuset 0`, both `--poll-mode` (as in the RPC
+# sections of docs/performance.md). SECONDS_PER_CELL (default 2) sets the duration of a cell.
 set -u
 build=${1:?usage: compare_rdma.sh BUILD_DIR}
 dev=${SHOAL_RDMA_DEVICE:-rxe0}

@@ -191,7 +191,7 @@ future<T> connection_impl::start_abortable(abort_source& as, bool needs_credit, 
 
 // Inlined into each issuing function (and `start_notified` into `read` and `write`): one call
 // less per operation, which the emulated guest charges more than the instructions (see
-// docs/performance.md, "Calls, not instructions").
+// docs/performance-history.md, "Calls, not instructions").
 [[gnu::always_inline]] inline send_slot& connection_impl::prepare_one_sided(send_slot::op kind,
                                                                             const local_span& local,
                                                                             const remote_region& rr,

@@ -174,7 +174,7 @@ TEST(rpc_rdma_path, callers_resumed_together_share_a_message) {
 
 /// One call at a time (client and server on this shard) runs a bounded number of tasks per
 /// call: a waiting message read is resolved by the receive itself and the flush task sends
-/// without a coroutine (docs/performance.md, "The per-call cost at concurrency 1").
+/// without a coroutine (docs/performance-history.md, "The per-call cost at concurrency 1").
 TEST(rpc_rdma_path, a_call_at_a_time_runs_few_tasks) {
     reactor_config no_time_quota; // no preemption round trips in the count
     no_time_quota.task_quota_time = std::chrono::microseconds(0);
