@@ -461,11 +461,15 @@ bool store::make_room(unsigned cls, item** spilled) noexcept {
         }
     }
     // Then a ready chunk of a larger class (the item lives in that class), then a page emptied
-    // into larger classes' chunks.
-    if ((*spilled = take_larger(cls, cls))) {
+    // into larger classes' chunks. In a store with few pages per class asked for this saves
+    // whole pages for classes of few items. With many pages an item of a class that has pages
+    // evicts in its class instead: spilled items hold chunks larger than they need, and the
+    // pages moved to feed them empty other pages in turn.
+    bool many_pages = _max_pages >= many_pages_per_class * _classes_asked;
+    if ((!many_pages || _classes[cls].pages.empty()) && (*spilled = take_larger(cls, cls))) {
         return true;
     }
-    if (move_sparse_page(cls)) {
+    if (move_sparse_page(cls, many_pages)) {
         return true;
     }
     // Memory is full: evict in (approximately) one LRU order over all classes. The class whose
@@ -476,12 +480,13 @@ bool store::make_room(unsigned cls, item** spilled) noexcept {
     std::bitset<256> tried;
     tried.set(cls);
     unsigned oldest = oldest_class(cls, tried, true);
-    // "About the oldest": another class pays only when its tail is clearly older (an eighth and
-    // a second), so that classes of similar age do not trade pages back and forth; but the only
-    // item of `cls` goes only when it is older than the other class's tail.
+    // "About the oldest": another class pays only when its tail is clearly older (over four
+    // times as old, and four seconds), so that classes of similar age do not trade pages back
+    // and forth (each move evicts, and a load that is steady needs none); but the only item of
+    // `cls` goes only when it is older than the other class's tail.
     uint32_t own_age = tail_age(c);
     uint32_t other_age = oldest < _classes.size() ? tail_age(_classes[oldest]) : 0;
-    bool other_older = oldest < _classes.size() && (!c.lru_tail || other_age > own_age + own_age / 8 + 1 ||
+    bool other_older = oldest < _classes.size() && (!c.lru_tail || other_age > 4 * own_age + 4 ||
                                                     (c.lru_tail == c.lru_head && other_age >= own_age));
     if (!other_older && evict_from(cls)) {
         return true;
@@ -713,26 +718,34 @@ bool store::move_page(unsigned from, unsigned to, uint32_t page, bool spill) noe
     return true;
 }
 
-bool store::move_sparse_page(unsigned cls) noexcept {
+bool store::move_sparse_page(unsigned cls, bool nearly_empty_only) noexcept {
     // No class has a page of free chunks, but pages are only partly used (a class with few
     // items still holds a whole page): the page with the fewest items whose items fit in free
     // chunks of their class or of larger classes moves, those items moved up. Memory is used
-    // before anything is evicted.
+    // before anything is evicted. With `nearly_empty_only`, only a page whose chunks in use
+    // fill at most an eighth of it, and not the page its class is carving (a page just given
+    // to a class is not sparse, only not yet filled).
     size_t ready_above = 0; // ready chunks of classes above i (not `cls`)
     unsigned best_cls = unsigned(_classes.size());
     uint32_t best = no_page;
     for (unsigned i = unsigned(_classes.size()); i-- > 0;) {
         const slab_class& v = _classes[i];
         if (i != cls && !v.pages.empty()) {
-            uint32_t p = v.pages.front();
+            uint32_t p = no_page;
             for (uint32_t q : v.pages) {
-                p = _page_table[q].used < _page_table[p].used ? q : p;
+                if ((!nearly_empty_only || q != v.carve_page) &&
+                    (p == no_page || _page_table[q].used < _page_table[p].used)) {
+                    p = q;
+                }
             }
-            size_t used = _page_table[p].used;
-            size_t free_outside = v.pages.size() * v.per_page - v.used - (v.per_page - used);
-            if (used <= free_outside + ready_above && (best == no_page || used < _page_table[best].used)) {
-                best = p;
-                best_cls = i;
+            size_t used = p == no_page ? 0 : _page_table[p].used;
+            if (p != no_page && (!nearly_empty_only || used * v.chunk_size * 8 <= _page_size)) {
+                size_t free_outside = v.pages.size() * v.per_page - v.used - (v.per_page - used);
+                if (used <= free_outside + ready_above &&
+                    (best == no_page || used < _page_table[best].used)) {
+                    best = p;
+                    best_cls = i;
+                }
             }
         }
         if (i != cls) {
@@ -746,6 +759,10 @@ item* store::allocate(size_t key_len, size_t value_len) noexcept {
     unsigned cls = class_of(chunk_need(key_len, value_len));
     if (cls >= _classes.size()) {
         return nullptr;
+    }
+    if (!_asked[cls]) [[unlikely]] {
+        _asked.set(cls);
+        ++_classes_asked;
     }
     slab_class& c = _classes[cls];
     for (int attempt = 0; attempt < 4; ++attempt) {

@@ -176,6 +176,9 @@ public:
 
 private:
     static constexpr uint32_t no_page = UINT32_MAX;
+    /// Pages per class asked for from which a store no longer lets classes that have pages
+    /// spill into larger classes' chunks (`make_room`).
+    static constexpr size_t many_pages_per_class = 3;
 
     /// A page taken from the source: where it is, the class it is carved for, its chunks in use.
     struct page_info {
@@ -214,7 +217,7 @@ private:
         uint32_t page = pick_page(_classes[from]);
         return page != no_page && move_page(from, to, page, false);
     }
-    bool move_sparse_page(unsigned cls) noexcept;
+    bool move_sparse_page(unsigned cls, bool nearly_empty_only) noexcept;
     item* take_larger(unsigned cls, unsigned except) noexcept;
     size_t ready_chunks(const slab_class& c) const noexcept;
     uint32_t pick_page(const slab_class& v) const noexcept;
@@ -245,6 +248,8 @@ private:
     size_t _max_pages;
     std::vector<page_info> _page_table; ///< every page taken, by index (items record theirs)
     std::vector<slab_class> _classes;
+    std::bitset<256> _asked;   ///< classes an allocation has asked for
+    size_t _classes_asked = 0; ///< their number
     std::vector<item*> _table;
     uint64_t _mask = 0;
     uint32_t _now;

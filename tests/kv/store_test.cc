@@ -481,6 +481,32 @@ TEST(kv_store, a_page_move_keeps_the_hot_items_of_the_class_that_gives_it) {
     EXPECT_GT(lost_cold, 0u);
 }
 
+TEST(kv_store, with_many_pages_per_class_a_class_that_has_pages_evicts_its_own_items) {
+    // Seven pages, two classes asked for: a store with many pages per class. A class that has
+    // pages and no free chunk evicts its own coldest item rather than taking a free chunk of a
+    // larger class, where its item would hold four times the memory it needs.
+    auto s = make_store(8 << 20);
+    ASSERT_EQ(put(*s, "large", value_of("large", 0, 4000)), store_result::stored);
+    int n = 0;
+    while (pages_of(*s) < 7 || s->slab_classes()[0].free_chunks > 0) {
+        std::string k = "k" + std::to_string(n++);
+        ASSERT_EQ(put(*s, k, value_of(k, 0, 1000)), store_result::stored);
+    }
+    ASSERT_EQ(s->stats().evictions, 0u);
+    auto before = s->slab_classes();
+    ASSERT_EQ(before.size(), 2u);
+    ASSERT_EQ(before[1].items, 1u);
+    ASSERT_GT(before[1].free_chunks, 0u) << "the larger class has free chunks to take";
+    ASSERT_EQ(put(*s, "one more", value_of("one more", 0, 1000)), store_result::stored);
+    auto after = s->slab_classes();
+    EXPECT_EQ(s->stats().evictions, 1u);
+    EXPECT_EQ(after[0].items, before[0].items);
+    EXPECT_EQ(after[1].items, 1u) << "the new item went into the larger class";
+    EXPECT_EQ(get(*s, "k0"), "<miss>") << "the coldest item of its class went";
+    EXPECT_EQ(get(*s, "one more"), value_of("one more", 0, 1000));
+    EXPECT_EQ(get(*s, "large"), value_of("large", 0, 4000));
+}
+
 TEST(kv_store, a_page_move_invalidates_the_old_records_of_moved_items) {
     auto s = make_store(4 << 20, 1 << 20, true);
     int n = 0;
