@@ -23,6 +23,12 @@ VALUE = 1_000_000
 SENT = 999_000
 
 
+def sanitized(binary):
+    """Whether `binary` is the AddressSanitizer build."""
+    with open(binary, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def stalled_senders_stay_within_memory(binary):
     failures = []
     with server(binary, ["--smp", "2", "-m", str(MEMORY_MB), "-c", "1024"]) as s:
@@ -48,8 +54,11 @@ def stalled_senders_stay_within_memory(binary):
         grew_mb = (rss_kb(s.pid) - before) / 1024
         print(f"RSS grew {grew_mb:.1f} MB with {STALLED} stalled 1 MB senders "
               f"({landing // VALUE} landing, {st['store_no_memory']} refused) at -m {MEMORY_MB}")
-        if grew_mb > MEMORY_MB + 16:
-            failures.append(f"RSS grew {grew_mb:.1f} MB, more than -m {MEMORY_MB} plus 16 MB")
+        # ASan keeps freed heap memory in its quarantine and pads every allocation: its build gets
+        # more room (61-95 MB measured here, the release build 63).
+        slack = 48 if sanitized(binary) else 16
+        if grew_mb > MEMORY_MB + slack:
+            failures.append(f"RSS grew {grew_mb:.1f} MB, more than -m {MEMORY_MB} plus {slack} MB")
 
         # Another client is served meanwhile, byte for byte.
         for i in range(100):
