@@ -465,7 +465,7 @@ bool store::make_room(unsigned cls, item** spilled) noexcept {
     // whole pages for classes of few items. With many pages an item of a class that has pages
     // evicts in its class instead: spilled items hold chunks larger than they need, and the
     // pages moved to feed them empty other pages in turn.
-    bool many_pages = _max_pages >= many_pages_per_class * _classes_asked;
+    bool many_pages = _max_pages >= many_pages_per_class * _asked.count();
     if ((!many_pages || _classes[cls].pages.empty()) && (*spilled = take_larger(cls, cls))) {
         return true;
     }
@@ -739,13 +739,12 @@ bool store::move_sparse_page(unsigned cls, bool nearly_empty_only) noexcept {
                 }
             }
             size_t used = p == no_page ? 0 : _page_table[p].used;
-            if (p != no_page && (!nearly_empty_only || used * v.chunk_size * 8 <= _page_size)) {
-                size_t free_outside = v.pages.size() * v.per_page - v.used - (v.per_page - used);
-                if (used <= free_outside + ready_above &&
-                    (best == no_page || used < _page_table[best].used)) {
-                    best = p;
-                    best_cls = i;
-                }
+            size_t free_outside = v.pages.size() * v.per_page - v.used - (v.per_page - used);
+            bool sparse = !nearly_empty_only || used * v.chunk_size * 8 <= _page_size;
+            if (p != no_page && sparse && used <= free_outside + ready_above &&
+                (best == no_page || used < _page_table[best].used)) {
+                best = p;
+                best_cls = i;
             }
         }
         if (i != cls) {
@@ -760,10 +759,7 @@ item* store::allocate(size_t key_len, size_t value_len) noexcept {
     if (cls >= _classes.size()) {
         return nullptr;
     }
-    if (!_asked[cls]) [[unlikely]] {
-        _asked.set(cls);
-        ++_classes_asked;
-    }
+    _asked.set(cls);
     slab_class& c = _classes[cls];
     for (int attempt = 0; attempt < 4; ++attempt) {
         // After an eviction (its chunk is quarantined) memory is short: reuse early.

@@ -248,8 +248,7 @@ private:
     size_t _max_pages;
     std::vector<page_info> _page_table; ///< every page taken, by index (items record theirs)
     std::vector<slab_class> _classes;
-    std::bitset<256> _asked;   ///< classes an allocation has asked for
-    size_t _classes_asked = 0; ///< their number
+    std::bitset<256> _asked; ///< classes an allocation has asked for
     std::vector<item*> _table;
     uint64_t _mask = 0;
     uint32_t _now;

@@ -55,7 +55,7 @@ def stalled_senders_stay_within_memory(binary):
         print(f"RSS grew {grew_mb:.1f} MB with {STALLED} stalled 1 MB senders "
               f"({landing // VALUE} landing, {st['store_no_memory']} refused) at -m {MEMORY_MB}")
         # ASan keeps freed heap memory in its quarantine and pads every allocation: its build gets
-        # more room (61-95 MB measured here, the release build 63).
+        # more room (61-95 MB measured here, the release build 37-63).
         slack = 48 if sanitized(binary) else 16
         if grew_mb > MEMORY_MB + slack:
             failures.append(f"RSS grew {grew_mb:.1f} MB, more than -m {MEMORY_MB} plus {slack} MB")
