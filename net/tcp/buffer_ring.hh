@@ -22,23 +22,22 @@ protected:
 };
 
 /// One shard's ring of provided receive buffers (io_uring "buffer select" with a mapped buffer
-/// ring). Every connection of the shard receives into it with a multishot recv; the kernel picks
-/// a buffer per completion. A received buffer becomes a `temporary_buffer` whose owner puts it
+/// ring). Every connection of the shard receives into it with buffer select; the kernel picks a
+/// buffer per receive. A received buffer becomes a `temporary_buffer` whose owner puts it
 /// back into the ring when the reader drops it, so the bytes reach the reader without a copy.
 ///
-/// Cache warmth and memory: the kernel takes buffers from the ring in FIFO order, and a multishot
-/// receive drains its socket into as many buffers as the ring offers before the shard sees a
-/// single completion. A ring holding all `recv_buffers` would cycle the shard through all of
+/// Cache warmth and memory: the kernel takes buffers from the ring in FIFO order, and each receive
+/// fills one; a connection with bytes waiting re-arms at once, so a busy shard cycles through
+/// whatever the ring holds. A ring holding all `recv_buffers` would cycle the shard through all of
 /// them (32 MB by default), touching every page of them, so a shard serving thousands of mostly
 /// idle connections would keep the whole pool resident, and a batch of large messages would push
-/// everything out of the caches before it is sent on. So the ring holds only
-/// `config::ring_depth` buffers, however many receives are armed (an armed receive on an idle
-/// connection takes no buffer); the rest wait on a LIFO free list, and a buffer that comes back
-/// is the next one given to the kernel. When receives find the ring empty (ENOBUFS) the ring
-/// holds twice as many (up to the pool), and it shrinks back by half after a whole pool's worth
-/// of receives without a shortage. A receive that finds the ring empty leaves its bytes in the
-/// kernel's socket buffer until buffers return, the way an epoll loop reads one buffer at a
-/// time.
+/// everything out of the caches before it is sent on. So the ring holds only `config::ring_depth`
+/// buffers, however many receives are armed (an armed receive on an idle connection takes no
+/// buffer); the rest wait on a LIFO free list, and a buffer that comes back is the next one given
+/// to the kernel. When receives find the ring empty (ENOBUFS) the ring holds twice as many (up to
+/// the pool), and it shrinks back by half after a whole pool's worth of receives without a
+/// shortage. A receive that finds the ring empty leaves its bytes in the kernel's socket buffer
+/// until buffers return, the way an epoll loop reads one buffer at a time.
 ///
 /// Readers that keep buffers would drain the pool and stall every connection of the shard, so
 /// when fewer than `config::copy_below` buffers are left, received bytes are copied into heap

@@ -210,10 +210,10 @@ void connection::maybe_destroy() noexcept {
 
 bool connection::recv_wanted() const noexcept {
     return _reading && _handles > 0 && !_input_ended && !_recv_error && _recv == recv_state::idle &&
-           !_waiting_buffers && _unread <= _max_unread / 2;
+           !_waiting_buffers && !_recv_paused;
 }
 
-void connection::maybe_arm_recv() noexcept {
+void connection::maybe_arm_recv(bool poll_first) noexcept {
     if (!recv_wanted()) {
         return;
     }
@@ -224,7 +224,14 @@ void connection::maybe_arm_recv() noexcept {
         }
         buffer_ring& ring = buffer_ring::local();
         io_uring_sqe* sqe = r.get_sqe();
-        io_uring_prep_recv_multishot(sqe, _fd, nullptr, 0, 0);
+        // One receive per arm, not a multishot one: a multishot receive that stays armed across
+        // receives can miss the wake-up of a reset that follows the last bytes closely (seen on
+        // 6.18 about once in ten thousand resets), and the connection would wait forever.
+        io_uring_prep_recv(sqe, _fd, nullptr, 0, 0);
+        if (poll_first) {
+            // The socket was just drained: wait for readiness instead of a receive that fails.
+            sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+        }
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = ring.group();
         io_uring_sqe_set_data(sqe, static_cast<io_completion*>(&_recv_c));
@@ -251,14 +258,12 @@ void connection::cancel_recv() noexcept {
 }
 
 void connection::on_recv(int result, uint32_t flags) noexcept {
-    const bool more = flags & IORING_CQE_F_MORE;
     const bool cancelled_by_us = _recv_cancel_requested;
     buffer_ring* ring = _ring;
-    if (!more) {
-        _recv = recv_state::idle;
-        _recv_cancel_requested = false;
-        _ring = nullptr;
-    }
+    _recv = recv_state::idle;
+    _recv_cancel_requested = false;
+    _ring = nullptr;
+    bool drained = false;
     if (result > 0) {
         auto& st = local_stats();
         ++st.recv_completions;
@@ -273,15 +278,17 @@ void connection::on_recv(int result, uint32_t flags) noexcept {
                 recv_failed(std::current_exception());
             }
         }
-        if (more && _recv == recv_state::armed && (_unread > _max_unread || _handles == 0)) {
+        if (_unread > _max_unread && !_recv_paused) {
+            // The reader fell behind: no new receive until it has taken half of what waits.
+            _recv_paused = true;
             ++st.recv_paused;
-            cancel_recv();
         }
+        drained = !(flags & IORING_CQE_F_SOCK_NONEMPTY);
     } else if (result == 0) {
         end_input();
     } else if (result == -ENOBUFS) {
         ++local_stats().buffer_shortages;
-        if (!more && recv_wanted()) {
+        if (recv_wanted()) {
             // Wait for buffers to come back instead of re-arming into an empty ring.
             _waiting_buffers = true;
             _ring = ring;
@@ -298,12 +305,10 @@ void connection::on_recv(int result, uint32_t flags) noexcept {
     } else {
         recv_failed(std::make_exception_ptr(make_error(-result, "recv", _peer)));
     }
-    if (!more) {
-        if (ring) {
-            ring->remove_user();
-        }
-        maybe_arm_recv();
+    if (ring) {
+        ring->remove_user();
     }
+    maybe_arm_recv(drained);
     maybe_destroy();
 }
 
@@ -356,6 +361,9 @@ future<temporary_buffer> connection::get() {
         temporary_buffer b = std::move(_recvq.front());
         _recvq.pop_front();
         _unread -= b.size();
+        if (_recv_paused && _unread <= _max_unread / 2) {
+            _recv_paused = false;
+        }
         maybe_arm_recv();
         return make_ready_future<temporary_buffer>(std::move(b));
     }
@@ -398,9 +406,9 @@ void connection::abort_read(const std::exception_ptr& ex) noexcept {
     }
     _read_waiter->set_exception(ex);
     _read_waiter.reset();
-    // Nobody reads now: stop the multishot receive so the kernel holds no request for this
-    // reader. Bytes that arrived or arrive before the cancel completes are queued for the next
-    // read; the ring's buffers stay the ring's. The next read arms a receive again.
+    // Nobody reads now: cancel the receive so the kernel holds no request for this reader. Bytes
+    // that arrived or arrive before the cancel completes are queued for the next read; the ring's
+    // buffers stay the ring's. The next read arms a receive again.
     _reading = false;
     cancel_recv();
 }

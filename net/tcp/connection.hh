@@ -25,7 +25,7 @@ class tcp_data_source;
 /// The iovec array and msghdr of one vectored send, borrowed from the shard (connection.cc).
 struct send_vector;
 
-/// One TCP connection: the socket, its receive side (a multishot recv into the shard's buffer
+/// One TCP connection: the socket, its receive side (one recv at a time into the shard's buffer
 /// ring, a queue of received buffers, one waiting reader) and its send side (a queue of
 /// buffers, at most one send or sendmsg in flight, short sends resumed). The connected
 /// socket, the data source and the data sink each hold a handle on it.
@@ -55,7 +55,7 @@ public:
     /// read at a time.
     future<temporary_buffer> get();
     /// `get()` that `as` can cancel: on abort the pending read fails at once with the abort's
-    /// reason and the multishot receive is cancelled until the next read (bytes already received
+    /// reason and the armed receive is cancelled until the next read (bytes already received
     /// stay queued for it). Fails at once if `as` was already aborted.
     future<temporary_buffer> get(abort_source& as);
     /// Drops unread data, ends the stream for the reader and cancels the receive.
@@ -121,7 +121,7 @@ private:
     enum class recv_state : uint8_t { idle, armed, cancelling };
 
     bool recv_wanted() const noexcept;
-    void maybe_arm_recv() noexcept;
+    void maybe_arm_recv(bool poll_first = false) noexcept;
     void cancel_recv() noexcept;
     void on_recv(int result, uint32_t flags) noexcept;
     void deliver(temporary_buffer buf) noexcept;
@@ -155,6 +155,7 @@ private:
     buffer_ring* _ring = nullptr; // the ring the receive is armed on, or waits for
     bool _recv_cancel_requested = false;
     bool _waiting_buffers = false;
+    bool _recv_paused = false; // the reader fell behind: no receive until it catches up
     bool _reading = false;     // a reader asked for data at least once
     bool _input_ended = false; // peer closed, shutdown_input or close: reads return end of stream
     std::exception_ptr _recv_error;

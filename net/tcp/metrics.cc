@@ -19,7 +19,7 @@ constexpr metrics::stats_field<stats> counters[] = {
     {"shoal_tcp_aborts_total", "TCP connections broken by abort() (shutdown deadlines).", &stats::aborts},
     {"shoal_tcp_received_bytes_total", "Bytes received over TCP.", &stats::recv_bytes},
     {"shoal_tcp_receive_completions_total", "Receive completions carrying data.", &stats::recv_completions},
-    {"shoal_tcp_receive_arms_total", "Multishot receives submitted.", &stats::recv_arms},
+    {"shoal_tcp_receive_arms_total", "Receives submitted (each completes once).", &stats::recv_arms},
     {"shoal_tcp_zero_copy_receives_total", "Received buffers handed to readers without a copy.",
      &stats::zero_copy_buffers},
     {"shoal_tcp_copied_receives_total", "Received buffers copied because the buffer ring ran low.",

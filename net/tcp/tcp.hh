@@ -1,7 +1,7 @@
 #pragma once
 
 // TCP for shards, on the reactor's io_uring: listening sockets with multishot accept,
-// connections that receive with a multishot recv into a per-shard ring of provided buffers
+// connections that receive with one recv at a time into a per-shard ring of provided buffers
 // (handed to readers without a copy) and send with one vectored send in flight per socket.
 // Everything here is used on the shard that created it. See docs/tcp.md.
 
@@ -82,7 +82,7 @@ struct stats {
     uint64_t connected = 0;           ///< outgoing connections established
     uint64_t recv_completions = 0;    ///< receive completions carrying data
     uint64_t recv_bytes = 0;          ///< bytes received
-    uint64_t recv_arms = 0;           ///< multishot receives submitted
+    uint64_t recv_arms = 0;           ///< receives submitted (each completes once)
     uint64_t zero_copy_buffers = 0;   ///< received buffers handed to readers without a copy
     uint64_t copied_buffers = 0;      ///< received buffers copied because the ring ran low
     uint64_t buffer_shortages = 0;    ///< receives stopped by an empty ring (ENOBUFS)

@@ -168,7 +168,7 @@ TEST(TcpAbort, ReadFailsAtOnceAndTheConnectionKeepsItsBytes) {
         for (int round = 0; round < 3; ++round) {
             abort_source as;
             auto f = in.read(as);
-            co_await sleep(5ms); // the multishot receive is in the kernel now
+            co_await sleep(5ms); // the receive is in the kernel now
             EXPECT_FALSE(f.available());
             uint64_t arms = tcp::shard_stats().recv_arms;
             as.request_abort();

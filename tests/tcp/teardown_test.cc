@@ -169,7 +169,7 @@ TEST(TcpTeardown, ResetWithBytesQueuedAndNobodyReadingFreesTheConnection) {
         auto [fd, s] = co_await accept_client(ss);
         auto in = s.input();
         raw_send(fd, "get a b c\r\n");
-        co_await in.read(); // arms the multishot receive; the next bytes queue up unread
+        co_await in.read(); // the receive is re-armed; the next bytes queue up unread
         raw_send(fd, std::string(3000, 'q'));
         co_await sleep(1ms);
         raw_reset(fd);
