@@ -92,7 +92,7 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
         if (flags < 0 || fcntl(_cm->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
             internal::throw_errno("making the rdma_cm channel non-blocking", errno);
         }
-        _cm_watcher = std::make_unique<internal::fd_watcher>(_cm->fd, [this] { on_cm_readable(); });
+        _cm_watcher = std::make_unique<fd_watcher>(_cm->fd, [this] { on_cm_readable(); });
         if (shard == 0) {
             // One reader of the device's asynchronous events (QP fatal / last WQE, SRQ limit,
             // port and device events); it hands each to the shard that owns what it names.
@@ -100,7 +100,7 @@ shard_context::shard_context(std::shared_ptr<const device> dev, const options& o
             if (aflags < 0 || fcntl(verbs->async_fd, F_SETFL, aflags | O_NONBLOCK) < 0) {
                 internal::throw_errno("making the device's async event fd non-blocking", errno);
             }
-            _async_watcher = std::make_unique<internal::fd_watcher>(
+            _async_watcher = std::make_unique<fd_watcher>(
                 verbs->async_fd, [this] { on_async_readable(); },
                 [](int) {
                     // Events can no longer be read: the device is as good as failed.

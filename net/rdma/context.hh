@@ -1,12 +1,12 @@
 #pragma once
 
+#include "core/fd_watcher.hh"
 #include "core/future.hh"
 #include "core/timer.hh"
 #include "net/rdma/async_event.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/cq_poller.hh"
 #include "net/rdma/device.hh"
-#include "net/rdma/fd_watcher.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/receive_queue.hh"
@@ -216,8 +216,8 @@ private:
     internal::receive_budget _receive_budget; // outlives the SRQs that count against it
     std::vector<std::unique_ptr<internal::shared_receive_queue>> _srqs; // the default class first
     rdma_event_channel* _cm = nullptr;
-    std::unique_ptr<internal::fd_watcher> _cm_watcher;
-    std::unique_ptr<internal::fd_watcher> _async_watcher; // shard 0 only
+    std::unique_ptr<fd_watcher> _cm_watcher;
+    std::unique_ptr<fd_watcher> _async_watcher; // shard 0 only
     std::unordered_map<uint32_t, internal::connection_impl*> _qps;
     std::vector<internal::connection_impl*> _connections;
     std::vector<internal::connection_impl*> _dirty;

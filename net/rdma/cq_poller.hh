@@ -1,8 +1,8 @@
 #pragma once
 
+#include "core/fd_watcher.hh"
 #include "core/future.hh"
 #include "core/reactor.hh"
-#include "net/rdma/fd_watcher.hh"
 
 #include <cstdint>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "net/rdma/fd_watcher.hh"
+#include "core/fd_watcher.hh"
 
 #include "core/log.hh"
 
@@ -7,10 +7,10 @@
 
 #include <poll.h>
 
-namespace shoal::net::rdma::internal {
+namespace shoal {
 
 namespace {
-logger watch_log("rdma");
+logger watch_log("fd_watcher");
 }
 
 fd_watcher::fd_watcher(int fd, std::function<void()> on_readable, std::function<void(int)> on_failed)
@@ -90,4 +90,4 @@ void fd_watcher::complete(int result, uint32_t) noexcept {
     }
 }
 
-} // namespace shoal::net::rdma::internal
+} // namespace shoal

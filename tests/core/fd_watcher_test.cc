@@ -1,10 +1,10 @@
-// The fd watcher behind the CQ channel, the rdma_cm channel and the device's async events:
+// The io_uring fd watcher (behind RDMA's CQ channel, rdma_cm channel and device events):
 // a failed poll is watched again (a lost wake-up would leave a shard asleep with completions
 // queued), and a poll that keeps failing makes it give up loudly. Native: no device needed.
+#include "core/fd_watcher.hh"
 #include "core/future_util.hh"
 #include "core/smp.hh"
 #include "core/timer.hh"
-#include "net/rdma/fd_watcher.hh"
 
 #include <cerrno>
 
@@ -14,7 +14,6 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
-using shoal::net::rdma::internal::fd_watcher;
 
 namespace {
 /// The deadline of a wait for what must happen: a hang fails at it; a slow host never does.

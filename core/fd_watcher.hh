@@ -5,13 +5,13 @@
 
 #include <functional>
 
-namespace shoal::net::rdma::internal {
+namespace shoal {
 
 /// Watches a file descriptor for readability through the shard's io_uring (IORING_OP_POLL_ADD)
-/// and calls `on_readable` each time it becomes readable, then watches again. Used for the CQ
-/// completion channel and the rdma_cm event channel: the shard sleeps in io_uring and such an
-/// fd wakes it, with no extra thread. A failed poll is logged and the fd watched again (and
-/// `on_readable` still runs: the handler reads until the fd is empty); after
+/// and calls `on_readable` each time it becomes readable, then watches again: the shard sleeps
+/// in io_uring and such an fd wakes it, with no extra thread (net/rdma watches its CQ completion
+/// channels, its rdma_cm event channel and the device's events with it). A failed poll is logged and the fd
+/// watched again (and `on_readable` still runs: the handler reads until the fd is empty); after
 /// `max_consecutive_errors` failures in a row it stops and calls `on_failed` with the errno.
 /// Lives on one shard; stop it before destroying it.
 class fd_watcher final : public io_completion {
@@ -52,4 +52,4 @@ private:
     bool _failed = false;
 };
 
-} // namespace shoal::net::rdma::internal
+} // namespace shoal
