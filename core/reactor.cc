@@ -233,7 +233,10 @@ void reactor::unregister_poller(poller* p) {
 void reactor::add_timer(timer_base* t) {
     t->_heap_index = _timers.size();
     _timers.push_back(t);
-    size_t i = t->_heap_index;
+    sift_up(t->_heap_index);
+}
+
+size_t reactor::sift_up(size_t i) noexcept {
     while (i > 0) {
         size_t parent = (i - 1) / 2;
         if (!(_timers[i]->_expiry < _timers[parent]->_expiry)) {
@@ -243,6 +246,28 @@ void reactor::add_timer(timer_base* t) {
         _timers[i]->_heap_index = i;
         _timers[parent]->_heap_index = parent;
         i = parent;
+    }
+    return i;
+}
+
+void reactor::sift_down(size_t i) noexcept {
+    for (;;) {
+        size_t l = 2 * i + 1;
+        size_t r = l + 1;
+        size_t m = i;
+        if (l < _timers.size() && _timers[l]->_expiry < _timers[m]->_expiry) {
+            m = l;
+        }
+        if (r < _timers.size() && _timers[r]->_expiry < _timers[m]->_expiry) {
+            m = r;
+        }
+        if (m == i) {
+            return;
+        }
+        std::swap(_timers[i], _timers[m]);
+        _timers[i]->_heap_index = i;
+        _timers[m]->_heap_index = m;
+        i = m;
     }
 }
 
@@ -259,35 +284,8 @@ void reactor::del_timer(timer_base* t) noexcept {
     }
     _timers[i] = last;
     last->_heap_index = i;
-    // Restore the heap: sift up, then down.
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!(_timers[i]->_expiry < _timers[parent]->_expiry)) {
-            break;
-        }
-        std::swap(_timers[i], _timers[parent]);
-        _timers[i]->_heap_index = i;
-        _timers[parent]->_heap_index = parent;
-        i = parent;
-    }
-    for (;;) {
-        size_t l = 2 * i + 1;
-        size_t r = l + 1;
-        size_t m = i;
-        if (l < _timers.size() && _timers[l]->_expiry < _timers[m]->_expiry) {
-            m = l;
-        }
-        if (r < _timers.size() && _timers[r]->_expiry < _timers[m]->_expiry) {
-            m = r;
-        }
-        if (m == i) {
-            break;
-        }
-        std::swap(_timers[i], _timers[m]);
-        _timers[i]->_heap_index = i;
-        _timers[m]->_heap_index = m;
-        i = m;
-    }
+    // The last timer took the removed one's place: it moves up or down, never both.
+    sift_down(sift_up(i));
 }
 
 void reactor::fire_timers(steady_clock_type::time_point now) {

@@ -192,6 +192,10 @@ private:
     bool submit_and_get_events();
     /// Expires every timer due at `now`, earliest first.
     void fire_timers(steady_clock_type::time_point now);
+    /// Moves the timer at heap index `i` up while it expires before its parent; its new index.
+    size_t sift_up(size_t i) noexcept;
+    /// Moves the timer at heap index `i` down while a child expires before it.
+    void sift_down(size_t i) noexcept;
     void sleep();
     /// Starts a task quota at `now` (`need_preempt()` lowered; it rises `task_quota_time` later).
     void start_quota(steady_clock_type::time_point now) noexcept;
