@@ -1,5 +1,6 @@
 #pragma once
 
+#include "apps/common/bench_target.hh"
 #include "apps/echo/histogram.hh"
 #include "core/future.hh"
 #include "net/socket_address.hh"
@@ -12,14 +13,7 @@
 
 namespace shoal::echo {
 
-/// A server the benchmark measures.
-struct bench_target {
-    std::string name; ///< label in the tables ("shoal", "epoll")
-    net::socket_address address;
-    /// The server's process id when it runs on this machine: its CPU time (user + system, from
-    /// /proc) is then measured per cell. 0: not measured.
-    int pid = 0;
-};
+using apps::bench_target;
 
 /// What `run_bench` measures: every (size, concurrency) cell against every target.
 struct bench_options {

@@ -102,20 +102,7 @@ bench_options bench_options_from(const app& a, const std::string& transport_name
     o.repeat = unsigned(a.get_size("repeat"));
     o.verify = a.has("verify");
     if (a.has("targets")) {
-        for (const auto& item : split(a.get("targets"), ',')) {
-            auto eq = item.find('=');
-            if (eq == std::string::npos) {
-                throw std::invalid_argument("--targets wants name=host:port, got '" + item + "'");
-            }
-            // name=host:port or name=host:port@pid (the server's CPU time is then measured).
-            std::string where = item.substr(eq + 1);
-            int pid = 0;
-            if (auto at = where.find('@'); at != std::string::npos) {
-                pid = std::stoi(where.substr(at + 1));
-                where = where.substr(0, at);
-            }
-            o.targets.push_back({item.substr(0, eq), net::socket_address::parse(where), pid});
-        }
+        o.targets = apps::parse_targets(a.get("targets"));
     } else {
         auto addr = net::socket_address::from_host_port(host, port_of(a));
         o.targets.push_back({transport_name, addr});

@@ -311,7 +311,7 @@ future<> run_rdma_connection(net::socket_address addr, const kv_bench_options& o
 }
 
 /// One shard's connections of a run. (A named coroutine, so its parameters live in its frame.)
-future<shard_part> run_shard(const kv_target& t, const kv_bench_options& o, unsigned s, unsigned shards,
+future<shard_part> run_shard(const bench_target& t, const kv_bench_options& o, unsigned s, unsigned shards,
                              clock_type::time_point start, clock_type::time_point end) {
     shard_part part;
     std::vector<future<>> conns;
@@ -350,7 +350,7 @@ void add_parts(kv_result& r, const std::vector<shard_part>& done) {
     }
 }
 
-future<kv_result> run_once(const kv_target& t, const kv_bench_options& o) {
+future<kv_result> run_once(const bench_target& t, const kv_bench_options& o) {
     unsigned shards = shard_count();
     auto start = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(o.warmup);
     auto end = start + std::chrono::duration_cast<clock_type::duration>(o.duration);
@@ -442,7 +442,7 @@ future<> cache_connection(net::socket_address addr, const kv_bench_options& o, c
 }
 
 /// One shard's connections of a cache-client round of `requests` gets (shared out evenly).
-future<shard_part> cache_shard(const kv_target& t, const kv_bench_options& o, const key_values& values,
+future<shard_part> cache_shard(const bench_target& t, const kv_bench_options& o, const key_values& values,
                                uint64_t requests, uint64_t round, unsigned s, unsigned shards) {
     shard_part part;
     std::vector<future<>> conns;
@@ -456,7 +456,7 @@ future<shard_part> cache_shard(const kv_target& t, const kv_bench_options& o, co
 }
 
 /// A cache-client round on every client shard; its counts added to `r`.
-future<> cache_round(const kv_target& t, const kv_bench_options& o, const key_values& values,
+future<> cache_round(const bench_target& t, const kv_bench_options& o, const key_values& values,
                      uint64_t requests, uint64_t round, kv_result& r) {
     unsigned shards = shard_count();
     std::vector<future<shard_part>> parts;
@@ -480,7 +480,7 @@ int64_t process_rss_bytes(int pid) {
 }
 
 /// The server's `stats` (the counters a hit-ratio run reports) and RSS.
-future<server_snapshot> snapshot(const kv_target& t) {
+future<server_snapshot> snapshot(const bench_target& t) {
     auto s = co_await net::tcp::connect(t.address);
     client c{s.input(), s.output(), {}, 0, {}};
     co_await c.out.write(std::string_view("stats\r\n"));
@@ -552,7 +552,7 @@ future<> probe_range(net::socket_address addr, uint64_t first, uint64_t last, in
 }
 
 /// The cache-client run against one target: warm-up rounds, the measured gets, the probe.
-future<kv_result> run_cache(const kv_target& t, const kv_bench_options& o, const key_values& values) {
+future<kv_result> run_cache(const bench_target& t, const kv_bench_options& o, const key_values& values) {
     kv_result r;
     r.target = t.name;
     r.cache.start = co_await snapshot(t);

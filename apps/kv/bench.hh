@@ -1,5 +1,6 @@
 #pragma once
 
+#include "apps/common/bench_target.hh"
 #include "apps/echo/histogram.hh"
 #include "apps/kv/bench_dist.hh"
 #include "core/future.hh"
@@ -12,12 +13,8 @@
 
 namespace shoal::kv_app {
 
-/// A server `shoal-kv-bench` loads.
-struct kv_target {
-    std::string name;
-    net::socket_address address;
-    int pid = 0; ///< when not 0, the server's CPU time is read from /proc around the run
-};
+/// A server `shoal-kv-bench` loads (name, address, pid).
+using apps::bench_target;
 
 /// How `shoal-kv-bench` talks to its targets.
 enum class kv_transport {
@@ -39,7 +36,7 @@ struct kv_bench_options {
     std::optional<uint32_t> inline_get_max; ///< rdma: the client's inline GET limit (unset: the server's)
     bool zero_copy = false; ///< rdma: PUT from / GET into registered buffers (`store_from`, `get_into`)
     bool time_gets = false; ///< rdma: split the latency of GETs by a cached location (`cached_get_split`)
-    std::vector<kv_target> targets;
+    std::vector<bench_target> targets;
     kv_mode mode = kv_mode::mixed;
     key_distribution keys;      ///< key space key:00000000 ... and which keys are asked for
     size_distribution values;   ///< value sizes

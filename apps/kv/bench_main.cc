@@ -102,24 +102,7 @@ kv_bench_options options_from(const app& a) {
         throw std::invalid_argument("--zero-copy needs --transport rdma and --multiget 1");
     }
     if (a.has("targets")) {
-        std::string list = a.get("targets");
-        size_t pos = 0;
-        while (pos < list.size()) {
-            size_t comma = list.find(',', pos);
-            std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-            pos = comma == std::string::npos ? list.size() : comma + 1;
-            auto eq = item.find('=');
-            if (eq == std::string::npos) {
-                throw std::invalid_argument("--targets wants name=host:port[@pid], got '" + item + "'");
-            }
-            std::string where = item.substr(eq + 1);
-            int pid = 0;
-            if (auto at = where.find('@'); at != std::string::npos) {
-                pid = std::stoi(where.substr(at + 1));
-                where = where.substr(0, at);
-            }
-            o.targets.push_back({item.substr(0, eq), net::socket_address::parse(where), pid});
-        }
+        o.targets = apps::parse_targets(a.get("targets"));
     } else {
         uint64_t port = a.get_size("port");
         if (port == 0 || port > 65535) {
