@@ -260,11 +260,7 @@ future<> client::connect(net::socket_address addr) {
         if (_transport.name == "rdma" && _state->options.rdma_messages) {
             net::rdma::connection c = co_await net::rdma::connect_rc(addr);
             const client_options& o = _state->options;
-            l = rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
-                                         .registration_cache = o.rdma_registration_cache,
-                                         .read_chunk = o.rdma_read_chunk,
-                                         .max_reads = o.rdma_reads_in_flight,
-                                         .coalesce = o.rdma_coalesce});
+            l = rdma_link(std::move(c), o.rdma);
         } else {
             l = stream_link(co_await _transport.connect(addr));
         }

@@ -385,11 +385,7 @@ struct server::rdma_listening {
             }
             try {
                 const server_options& o = shared->options;
-                serve(rdma_link(std::move(c), {.read_threshold = o.rdma_read_threshold,
-                                               .registration_cache = o.rdma_registration_cache,
-                                               .read_chunk = o.rdma_read_chunk,
-                                               .max_reads = o.rdma_reads_in_flight,
-                                               .coalesce = o.rdma_coalesce}));
+                serve(rdma_link(std::move(c), o.rdma));
             } catch (...) {
                 rpc_log.warn("cannot serve an RDMA connection: {}", std::current_exception());
             }

@@ -10,6 +10,7 @@
 #include "rpc/errors.hh"
 #include "rpc/frame_io.hh"
 #include "rpc/link.hh"
+#include "rpc/rdma_link_options.hh"
 #include "rpc/verb.hh"
 
 #include <chrono>
@@ -38,21 +39,9 @@ struct server_options {
     /// Over the "rdma" transport: true accepts connections on the RDMA message path (one SEND
     /// per reply, large bodies by READ; clients must use it too), false the RDMA stream.
     bool rdma_messages = true;
-    /// RDMA message path: replies over this many bytes send their body by one-sided READ (at
-    /// most the peer's receive buffer size is used).
-    size_t rdma_read_threshold = size_t(64) << 10;
-    /// RDMA message path: registered memory each connection keeps for its next large bodies
-    /// (its registration cache; 0: one registration per body), see docs/rpc.md.
-    size_t rdma_registration_cache = size_t(32) << 20;
-    /// RDMA message path: a large body is READ in pieces of at most this many bytes, posted
-    /// together (and several bodies at once).
-    size_t rdma_read_chunk = size_t(1) << 20;
-    /// RDMA message path: READ requests a connection posts before it stops taking messages
-    /// (1: one body at a time, the measured best on Soft-RoCE; 16: several bodies in parallel).
-    unsigned rdma_reads_in_flight = 1;
-    /// RDMA message path: small frames queued in the same reactor iteration share one message
-    /// (false: one message per frame).
-    bool rdma_coalesce = true;
+    /// The RDMA message path's links: READ threshold, registration cache, READ pieces and
+    /// parallelism, coalescing of small frames.
+    rdma_link_options rdma;
 };
 
 /// What a server has done (this shard's instance).

@@ -42,11 +42,7 @@ future<net::socket_address> start_servers(sharded<rpc::server>& servers, net::tr
     rpc::server_options so;
     so.max_frame_size = max_frame;
     so.rdma_messages = o.rdma_messages;
-    so.rdma_read_threshold = o.rdma_read_threshold;
-    so.rdma_registration_cache = o.rdma_registration_cache;
-    so.rdma_read_chunk = o.rdma_read_chunk;
-    so.rdma_reads_in_flight = o.rdma_reads_in_flight;
-    so.rdma_coalesce = o.rdma_coalesce;
+    so.rdma = o.rdma;
     co_await servers.start(t, so);
     co_await servers.invoke_on(0, [&addr](rpc::server& s) {
         rpc_bench::register_verbs(s);
@@ -215,14 +211,14 @@ int main(int argc, char** argv) {
             throw std::invalid_argument("--rdma-path is messages or stream");
         }
         o.rdma_messages = a.get("rdma-path") == "messages";
-        o.rdma_read_threshold = size_t(parse_size(a.get("rdma-read-threshold")));
-        o.rdma_registration_cache = size_t(parse_size(a.get("rdma-registration-cache")));
-        o.rdma_read_chunk = size_t(parse_size(a.get("rdma-read-chunk")));
-        o.rdma_reads_in_flight = std::max(1u, unsigned(a.get_size("rdma-reads-in-flight")));
+        o.rdma.read_threshold = size_t(parse_size(a.get("rdma-read-threshold")));
+        o.rdma.registration_cache = size_t(parse_size(a.get("rdma-registration-cache")));
+        o.rdma.read_chunk = size_t(parse_size(a.get("rdma-read-chunk")));
+        o.rdma.max_reads = std::max(1u, unsigned(a.get_size("rdma-reads-in-flight")));
         if (a.get("rdma-coalesce") != "on" && a.get("rdma-coalesce") != "off") {
             throw std::invalid_argument("--rdma-coalesce is on or off");
         }
-        o.rdma_coalesce = a.get("rdma-coalesce") == "on";
+        o.rdma.coalesce = a.get("rdma-coalesce") == "on";
         o.label = "rpc-" + t.name;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shoal-rpc-bench: %s\n", e.what());

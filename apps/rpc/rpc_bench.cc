@@ -80,11 +80,7 @@ future<shard_result> run_shard(net::transport t, net::socket_address server, siz
         rpc::client_options co;
         co.max_frame_size = std::max<size_t>(co.max_frame_size, size + 4096);
         co.rdma_messages = o.rdma_messages;
-        co.rdma_read_threshold = o.rdma_read_threshold;
-        co.rdma_registration_cache = o.rdma_registration_cache;
-        co.rdma_read_chunk = o.rdma_read_chunk;
-        co.rdma_reads_in_flight = o.rdma_reads_in_flight;
-        co.rdma_coalesce = o.rdma_coalesce;
+        co.rdma = o.rdma;
         clients.push_back(std::make_unique<rpc::client>(t, co));
         co_await clients.back()->connect(server);
     }

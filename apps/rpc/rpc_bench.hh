@@ -25,16 +25,12 @@ struct options {
     net::socket_address server;
     std::vector<size_t> sizes;
     std::vector<unsigned> concurrency;
-    std::chrono::duration<double> duration{1.0};       ///< measured seconds per cell
-    std::chrono::duration<double> warmup{0.2};         ///< unmeasured seconds before
-    unsigned connections_per_shard = 4;                ///< callers of a shard share this many connections
-    bool string_payload = false;                       ///< echo_string instead of echo (attachment)
-    bool rdma_messages = true;                         ///< over RDMA: the message path (false: the stream)
-    size_t rdma_read_threshold = size_t(64) << 10;     ///< RDMA message path: bodies over it by READ
-    size_t rdma_registration_cache = size_t(32) << 20; ///< RDMA message path: per-connection cache
-    size_t rdma_read_chunk = size_t(1) << 20;          ///< RDMA message path: READ piece size
-    unsigned rdma_reads_in_flight = 1;                 ///< RDMA message path: READs posted at once
-    bool rdma_coalesce = true; ///< RDMA message path: frames of an iteration share a message
+    std::chrono::duration<double> duration{1.0}; ///< measured seconds per cell
+    std::chrono::duration<double> warmup{0.2};   ///< unmeasured seconds before
+    unsigned connections_per_shard = 4;          ///< callers of a shard share this many connections
+    bool string_payload = false;                 ///< echo_string instead of echo (attachment)
+    bool rdma_messages = true;                   ///< over RDMA: the message path (false: the stream)
+    rpc::rdma_link_options rdma; ///< the RDMA message path's links (READ threshold, cache, ...)
     std::string label = "rpc";
 };
 

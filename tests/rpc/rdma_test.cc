@@ -91,7 +91,7 @@ TEST(rpc_rdma_path, small_calls_ready_together_share_a_message) {
     for (bool coalesce : {true, false}) {
         run_body(
             [coalesce](rpc_env& env) -> future<> {
-                auto [so, co] = both_options([&](auto& o) { o.rdma_coalesce = coalesce; });
+                auto [so, co] = both_options([&](auto& o) { o.rdma.coalesce = coalesce; });
                 fixture fx(env, so, co);
                 co_await fx.client.connect(fx.address);
                 auto before = link_stats();
@@ -379,7 +379,7 @@ TEST(rpc_rdma_path, large_attachments_round_trip_by_read) {
 TEST(rpc_rdma_path, repeated_large_attachments_are_not_registered_again) {
     for (size_t cache : {size_t(32) << 20, size_t(0)}) {
         run_body([cache](rpc_env& env) -> future<> {
-            auto [so, co] = both_options([&](auto& o) { o.rdma_registration_cache = cache; });
+            auto [so, co] = both_options([&](auto& o) { o.rdma.registration_cache = cache; });
             fixture fx(env, so, co);
             co_await fx.client.connect(fx.address);
             net::temporary_buffer payload(size_t(1) << 20);
@@ -418,7 +418,7 @@ TEST(rpc_rdma_path, repeated_large_attachments_are_not_registered_again) {
 TEST(rpc_rdma_path, large_bodies_in_flight_together_reach_their_calls) {
     run_body([](rpc_env& env) -> future<> {
         // The default (1) READs one body at a time.
-        auto [so, co] = both_options([](auto& o) { o.rdma_reads_in_flight = 16; });
+        auto [so, co] = both_options([](auto& o) { o.rdma.max_reads = 16; });
         fixture fx(env, so, co);
         co_await fx.client.connect(fx.address);
         std::vector<net::temporary_buffer> payloads;
