@@ -6,6 +6,7 @@
 #include "run_in_shards.hh"
 
 #include <chrono>
+#include <ctime>
 #include <stdexcept>
 #include <vector>
 
@@ -36,6 +37,13 @@ void spin_for(std::chrono::microseconds d) {
     auto until = steady_clock_type::now() + d;
     while (steady_clock_type::now() < until) {
     }
+}
+
+/// CPU time of the calling thread, in seconds.
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
 }
 
 /// CPU-bound work in slices of 50 µs, counting slices until `stop`.
@@ -107,18 +115,29 @@ TEST(scheduling_group, busy_groups_share_the_cpu_by_their_shares) {
                   // time: on a loaded host the shard's thread gets a fraction of a CPU, and a
                   // group is charged for the time its thread was descheduled, so the sample must
                   // hold as many scheduling rounds there as on an idle one.
+                  const double cpu_began = thread_cpu_seconds();
+                  const auto wall_began = steady_clock_type::now();
                   auto give_up = steady_clock_type::now() + std::chrono::minutes(5);
                   while (light_slices + heavy_slices < 20000 && steady_clock_type::now() < give_up) {
                       co_await sleep(10ms);
                   }
                   stop = true;
+                  const double cpu_share =
+                      (thread_cpu_seconds() - cpu_began) /
+                      std::chrono::duration<double>(steady_clock_type::now() - wall_began).count();
                   co_await std::move(a);
                   co_await std::move(b);
                   // 1:4 shares (equal shares would give 1). A wide band: the machine is shared
                   // and the shard not pinned.
                   double ratio = double(heavy_slices) / double(std::max<uint64_t>(light_slices, 1));
                   ::testing::Test::RecordProperty("heavy_to_light_ratio", std::to_string(ratio));
-                  EXPECT_GT(ratio, 1.5) << heavy_slices << " vs " << light_slices;
+                  ::testing::Test::RecordProperty("shard_cpu_share", std::to_string(cpu_share));
+                  // Groups are charged wall time. When the host gives the shard's thread well
+                  // under a CPU, the heavy group's share shrinks towards the light one's (1.1-1.7
+                  // measured at a third of a CPU): only its lead is asserted then.
+                  EXPECT_GT(ratio, cpu_share >= 0.6 ? 1.5 : 1.0)
+                      << heavy_slices << " vs " << light_slices << ", the shard had " << cpu_share
+                      << " of a CPU";
                   EXPECT_LT(ratio, 10.0) << heavy_slices << " vs " << light_slices;
                   EXPECT_GT(light_slices, 0u); // the light group was not starved
               }),
