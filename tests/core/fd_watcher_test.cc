@@ -3,8 +3,8 @@
 // queued), and a poll that keeps failing makes it give up loudly. Native: no device needed.
 #include "core/fd_watcher.hh"
 #include "core/future_util.hh"
-#include "core/smp.hh"
 #include "core/timer.hh"
+#include "run_in_shards.hh"
 
 #include <cerrno>
 
@@ -14,21 +14,12 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
+using shoal::testing::patience;
+using shoal::testing::run_in_shards;
 
 namespace {
-/// The deadline of a wait for what must happen: a hang fails at it; a slow host never does.
-constexpr std::chrono::milliseconds patience = 90s;
-
-/// Runs `body` on one unpinned shard; returns its result.
-int on_one_shard(std::function<future<int>()> body) {
-    smp_options so;
-    so.smp = 1;
-    so.pin = false;
-    return run_shards(so, std::move(body));
-}
-
 /// Polls `cond` every millisecond for up to `limit`.
-future<bool> within(std::function<bool()> cond, std::chrono::milliseconds limit) {
+future<bool> within(std::function<bool()> cond, std::chrono::seconds limit) {
     auto deadline = std::chrono::steady_clock::now() + limit;
     while (!cond()) {
         if (std::chrono::steady_clock::now() > deadline) {
@@ -41,7 +32,7 @@ future<bool> within(std::function<bool()> cond, std::chrono::milliseconds limit)
 } // namespace
 
 TEST(fd_watcher, a_failed_poll_is_watched_again) {
-    int rc = on_one_shard([]() -> future<int> {
+    int rc = run_in_shards(1, []() -> future<> {
         int p[2];
         EXPECT_EQ(pipe2(p, O_NONBLOCK), 0);
         unsigned readable = 0;
@@ -61,13 +52,12 @@ TEST(fd_watcher, a_failed_poll_is_watched_again) {
         co_await w.stop();
         close(p[0]);
         close(p[1]);
-        co_return 0;
     });
     EXPECT_EQ(rc, 0);
 }
 
 TEST(fd_watcher, a_poll_that_keeps_failing_gives_up_loudly) {
-    int rc = on_one_shard([]() -> future<int> {
+    int rc = run_in_shards(1, []() -> future<> {
         int p[2];
         EXPECT_EQ(pipe2(p, O_NONBLOCK), 0);
         close(p[0]);
@@ -82,7 +72,6 @@ TEST(fd_watcher, a_poll_that_keeps_failing_gives_up_loudly) {
         EXPECT_TRUE(w.failed());
         EXPECT_EQ(w.errors(), fd_watcher::max_consecutive_errors + 1);
         co_await w.stop();
-        co_return 0;
     });
     EXPECT_EQ(rc, 0);
 }
