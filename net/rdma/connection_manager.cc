@@ -643,6 +643,13 @@ void connection_impl::on_cm_event(const cm_event& ev) noexcept {
         fail_setup("peer unreachable (" + status_text(ev.status) + ")");
         break;
     case RDMA_CM_EVENT_REJECTED: {
+        if (_state == state::established) {
+            // The passive side tore the connection down before its CM took this side's RTU
+            // (it cut us off early, e.g. for a protocol error): its CM answers with a REJ, which
+            // ends a connection this side already saw established. The peer closed it.
+            on_disconnected();
+            break;
+        }
         auto reason = decode_reject_reason(ev.pdata());
         fail_setup(reason ? "rejected by the peer: " + *reason : reject_text(ev.status));
         break;
