@@ -5,6 +5,8 @@
 #include "core/future.hh"
 #include "core/future_util.hh"
 #include "net/rdma/rdma.hh"
+#include "net/rdma/services/peer.hh"
+#include "net/rdma/services/remote_pool.hh"
 
 #include <chrono>
 #include <deque>

@@ -13,6 +13,8 @@
 #include "core/log.hh"
 #include "core/smp.hh"
 #include "net/rdma/rdma.hh"
+#include "net/rdma/services/ring_channel.hh"
+#include "net/rdma/services/ring_fan_in.hh"
 
 #include <algorithm>
 #include <array>

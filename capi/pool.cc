@@ -1,4 +1,4 @@
-// shoal_pool_* and shoal_lease_*: the remote memory pool's client (net/rdma/remote_pool.hh)
+// shoal_pool_* and shoal_lease_*: the remote memory pool's client (net/rdma/services/remote_pool.hh)
 // behind the C ABI. A pool handle lives on one shard with its peer connections; its leases
 // live on the same shard.
 
@@ -8,8 +8,8 @@
 #include "capi/status.hh"
 #include "core/coroutine.hh"
 #include "net/rdma/context.hh"
-#include "net/rdma/peer.hh"
-#include "net/rdma/remote_pool.hh"
+#include "net/rdma/services/peer.hh"
+#include "net/rdma/services/remote_pool.hh"
 #include "net/socket_address.hh"
 #include "shoal/shoal_c.h"
 

@@ -1,4 +1,4 @@
-// shoal_ring_*: the RDMA ring channel (net/rdma/ring_channel.hh) behind the C ABI. A consumer
+// shoal_ring_*: the RDMA ring channel (net/rdma/services/ring_channel.hh) behind the C ABI. A consumer
 // lives on one shard with its ring, a listener and the connection of its producer; a producer
 // lives on one shard with its connection. Every call is handed to that shard.
 
@@ -10,7 +10,7 @@
 #include "core/future_util.hh"
 #include "net/rdma/connection.hh"
 #include "net/rdma/context.hh"
-#include "net/rdma/ring_channel.hh"
+#include "net/rdma/services/ring_channel.hh"
 #include "net/socket_address.hh"
 #include "shoal/shoal_c.h"
 

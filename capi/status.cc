@@ -4,7 +4,7 @@
 #include "core/future_util.hh"
 #include "kv/client_types.hh"
 #include "net/rdma/error.hh"
-#include "net/rdma/remote_pool.hh"
+#include "net/rdma/services/remote_pool.hh"
 #include "shoal/shoal_c.h"
 
 #include <cstdlib>

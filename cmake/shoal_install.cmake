@@ -14,7 +14,8 @@ set(shoal_install_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/shoal)
 
 # Library targets and the names consumers see (shoal::<name>).
 set(shoal_exported
-  shoal_core:core shoal_net:net shoal_tcp:tcp shoal_rdma:rdma shoal_transport:transport
+  shoal_core:core shoal_net:net shoal_tcp:tcp shoal_rdma:rdma shoal_rdma_services:rdma_services
+  shoal_transport:transport
   shoal_http:http shoal_rpc:rpc shoal_kv_store:kv_store shoal_kv:kv
   shoal_kv_messages:kv_messages shoal_kv_client:kv_client)
 set(shoal_exported_targets)

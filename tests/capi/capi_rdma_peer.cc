@@ -16,8 +16,8 @@
 #include "core/smp.hh"
 #include "net/rdma/connection.hh"
 #include "net/rdma/context.hh"
-#include "net/rdma/remote_pool.hh"
-#include "net/rdma/ring_channel.hh"
+#include "net/rdma/services/remote_pool.hh"
+#include "net/rdma/services/ring_channel.hh"
 #include "net/socket_address.hh"
 
 #include <chrono>

@@ -4,6 +4,8 @@
 // region of a client reclaimed when it disconnects or its process is killed.
 #include "peer_process.hh"
 #include "rdma_test_util.hh"
+#include "net/rdma/services/peer.hh"
+#include "net/rdma/services/remote_pool.hh"
 
 #include <csignal>
 #include <sys/wait.h>

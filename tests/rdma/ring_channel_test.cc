@@ -2,6 +2,7 @@
 // batching, back-pressure from a consumer that does not read, oversized messages, a broken
 // connection failing pending operations, and resuming on a new connection.
 #include "rdma_test_util.hh"
+#include "net/rdma/services/ring_channel.hh"
 
 #include <algorithm>
 #include <csignal>

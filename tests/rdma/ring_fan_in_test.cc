@@ -3,6 +3,8 @@
 // through small rings with many wraps and a slow consumer, and a producer that dies without
 // wedging the others.
 #include "rdma_test_util.hh"
+#include "net/rdma/services/ring_channel.hh"
+#include "net/rdma/services/ring_fan_in.hh"
 
 #include <algorithm>
 #include <array>

@@ -4,7 +4,7 @@
 #include "core/semaphore.hh"
 #include "net/rdma/connection.hh"
 #include "net/rdma/memory_region.hh"
-#include "net/rdma/peer.hh"
+#include "net/rdma/services/peer.hh"
 
 #include <cstddef>
 #include <cstdint>

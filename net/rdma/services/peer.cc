@@ -1,5 +1,5 @@
 // A peer: one control connection for messages and a group of RC connections for one-sided work.
-#include "net/rdma/peer.hh"
+#include "net/rdma/services/peer.hh"
 
 #include "net/rdma/context.hh"
 

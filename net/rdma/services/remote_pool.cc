@@ -7,7 +7,7 @@
 //                                                              op 2 release (arg = lease id)
 //   reply   {uint32 magic, uint32 status, uint64 id, uint64 addr, uint64 length, uint32 rkey,
 //            uint32 text length} + text                        status 0 ok, else the reason
-#include "net/rdma/remote_pool.hh"
+#include "net/rdma/services/remote_pool.hh"
 
 #include "core/smp.hh"
 #include "net/rdma/error.hh"

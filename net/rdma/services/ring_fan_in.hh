@@ -2,7 +2,7 @@
 
 #include "core/future.hh"
 #include "net/rdma/connection.hh"
-#include "net/rdma/ring_channel.hh"
+#include "net/rdma/services/ring_channel.hh"
 
 #include <cstddef>
 #include <memory>

@@ -39,7 +39,7 @@
 //   from encode(R) means a = R + d when d <= cap and a = R + d - index_span otherwise.
 // - An answer r, at the producer, against its write index w_p: a <= r <= w_p and w_p - a <
 //   cap, so r = w_p - the backward distance from encode(w_p) (0 <= w_p - r < index_span).
-#include "net/rdma/ring_channel.hh"
+#include "net/rdma/services/ring_channel.hh"
 
 #include "core/future_util.hh"
 #include "core/reactor.hh"

@@ -1,5 +1,5 @@
 // Many producers into one consumer: one ring per producer, drained round robin.
-#include "net/rdma/ring_fan_in.hh"
+#include "net/rdma/services/ring_fan_in.hh"
 
 #include "core/coroutine.hh"
 #include "net/rdma/error.hh"
