@@ -6,8 +6,9 @@
 #include "capi/runtime.hh"
 #include "capi/shard_handle.hh"
 #include "capi/status.hh"
-#include "kv/client.hh"
-#include "kv/server_list.hh"
+#include "kv/client/client.hh"
+#include "kv/client/internal/client_transport.hh"
+#include "kv/client/server_list.hh"
 #include "shoal/shoal_c.h"
 
 #include <atomic>

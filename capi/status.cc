@@ -2,7 +2,7 @@
 
 #include "core/alien.hh"
 #include "core/future_util.hh"
-#include "kv/client_types.hh"
+#include "kv/client/client_types.hh"
 #include "net/rdma/error.hh"
 #include "net/rdma/services/remote_pool.hh"
 #include "shoal/shoal_c.h"

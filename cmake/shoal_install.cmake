@@ -15,9 +15,8 @@ set(shoal_install_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/shoal)
 # Library targets and the names consumers see (shoal::<name>).
 set(shoal_exported
   shoal_core:core shoal_net:net shoal_tcp:tcp shoal_rdma:rdma shoal_rdma_services:rdma_services
-  shoal_transport:transport
-  shoal_http:http shoal_rpc:rpc shoal_kv_store:kv_store shoal_kv:kv
-  shoal_kv_messages:kv_messages shoal_kv_client:kv_client)
+  shoal_transport:transport shoal_http:http shoal_rpc:rpc shoal_kv_store:kv_store
+  shoal_kv_protocol:kv_protocol shoal_kv:kv shoal_kv_messages:kv_messages shoal_kv_client:kv_client)
 set(shoal_exported_targets)
 foreach(pair IN LISTS shoal_exported)
   string(REPLACE ":" ";" pair "${pair}")
@@ -43,9 +42,14 @@ install(TARGETS shoal_c
   EXPORT shoalTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
 install(FILES capi/include/shoal/shoal_c.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev)
-install(DIRECTORY core net rpc kv
+install(DIRECTORY core net rpc
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev
   FILES_MATCHING PATTERN "*.hh")
+# kv's public headers only: a folder's internal/ headers are the implementation's own.
+install(DIRECTORY kv
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev
+  FILES_MATCHING PATTERN "*.hh"
+  PATTERN "internal" EXCLUDE)
 install(EXPORT shoalTargets
   NAMESPACE shoal::
   DESTINATION ${shoal_install_cmakedir} COMPONENT dev)

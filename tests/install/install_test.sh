@@ -11,7 +11,7 @@ trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for h in core/app.hh core/metrics.hh net/stream.hh net/rdma/rdma.hh rpc/client.hh kv/store.hh; do
+for h in core/app.hh core/metrics.hh net/stream.hh net/rdma/rdma.hh rpc/client.hh kv/store/store.hh; do
   [ -f "$prefix/include/shoal/$h" ] || { echo "FAIL: include/shoal/$h not installed"; exit 1; }
 done
 [ -x "$prefix/bin/shoal-echo" ] || { echo "FAIL: bin/shoal-echo not installed"; exit 1; }

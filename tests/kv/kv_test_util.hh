@@ -4,7 +4,7 @@
 #include "core/coroutine.hh"
 #include "core/sharded.hh"
 #include "core/smp.hh"
-#include "kv/server.hh"
+#include "kv/server/server.hh"
 
 #include <functional>
 

@@ -3,7 +3,7 @@
 #include "../core/metric_values.hh"
 #include "../tcp/test_util.hh"
 #include "core/future_util.hh"
-#include "kv/metrics.hh"
+#include "kv/server/metrics.hh"
 #include "kv_test_util.hh"
 #include "net/tcp/tcp.hh"
 

@@ -3,10 +3,10 @@
 // possible point) to the same loop the server runs, against a small store. Asserts the
 // parser's contract: consumed bytes stay within the input and a ready request's views point
 // into it.
-#include "kv/executor.hh"
-#include "kv/hash.hh"
-#include "kv/protocol.hh"
-#include "kv/store.hh"
+#include "kv/protocol/executor.hh"
+#include "kv/protocol/protocol.hh"
+#include "kv/store/hash.hh"
+#include "kv/store/store.hh"
 
 #include <cstdint>
 #include <cstdlib>

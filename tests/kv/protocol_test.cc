@@ -1,6 +1,6 @@
 // The parser alone: what each kind of input produces (ready request, error reply, incomplete,
 // close, skipped data block), the fields it fills, and its limits.
-#include "kv/protocol.hh"
+#include "kv/protocol/protocol.hh"
 
 #include <string>
 

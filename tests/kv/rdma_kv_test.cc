@@ -4,7 +4,7 @@
 // grant → WRITE_WITH_IMM commit, grant expiry and disconnect, writes outside a grant, and the
 // zero-copy calls (PUT from / GET into the caller's registered buffer; copied over TCP).
 // Sized for the emulated guest: small memory, values up to 256 KB, bounded loops.
-#include "kv/record.hh"
+#include "kv/store/internal/record.hh"
 #include "rdma_kv_util.hh"
 
 #include <map>

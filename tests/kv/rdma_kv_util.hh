@@ -5,12 +5,12 @@
 // their key and version so that a wrong or torn value is recognised.
 #include "../rdma/peer_process.hh"
 #include "../rdma/rdma_test_util.hh"
-#include "kv/client.hh"
-#include "kv/hash.hh"
-#include "kv/rdma_server.hh"
-#include "kv/rdma_transport.hh"
-#include "kv/registered_page_source.hh"
-#include "kv/server.hh"
+#include "kv/client/client.hh"
+#include "kv/client/internal/rdma_transport.hh"
+#include "kv/server/rdma_server.hh"
+#include "kv/server/registered_page_source.hh"
+#include "kv/server/server.hh"
+#include "kv/store/hash.hh"
 
 #include <csignal>
 #include <fstream>

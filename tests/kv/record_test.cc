@@ -5,9 +5,9 @@
 // or a byte changed under it; freed chunks
 // wait for the grace period of epochs. No device: the "READ" is a memcpy of the record's bytes,
 // which is what the NIC does.
-#include "kv/hash.hh"
-#include "kv/record.hh"
-#include "kv/store.hh"
+#include "kv/store/hash.hh"
+#include "kv/store/internal/record.hh"
+#include "kv/store/store.hh"
 
 #include <algorithm>
 #include <cstring>

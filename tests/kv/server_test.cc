@@ -7,7 +7,7 @@
 #include "core/sharded.hh"
 #include "core/smp.hh"
 #include "core/timer.hh"
-#include "kv/server.hh"
+#include "kv/server/server.hh"
 #include "net/tcp/tcp.hh"
 #include "tests/kv/kv_test_util.hh"
 

@@ -1,9 +1,9 @@
 // The store alone (no reactor): memcached's storage, expiry, flush, CAS, incr/decr rules, the
 // memory limit with LRU eviction and page moves between slab classes, and the counters. Time is
 // set by the test (store::set_time), never slept.
-#include "kv/hash.hh"
-#include "kv/record.hh"
-#include "kv/store.hh"
+#include "kv/store/hash.hh"
+#include "kv/store/internal/record.hh"
+#include "kv/store/store.hh"
 
 #include <cmath>
 #include <map>

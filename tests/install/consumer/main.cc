@@ -5,7 +5,7 @@
 #include <shoal/core/coroutine.hh>
 #include <shoal/core/metrics.hh>
 #include <shoal/core/smp.hh>
-#include <shoal/kv/protocol.hh>
+#include <shoal/kv/protocol/protocol.hh>
 #include <shoal/net/http/prometheus.hh>
 #include <shoal/net/rdma/device.hh>
 #include <shoal/net/tcp/tcp.hh>
