@@ -275,6 +275,8 @@ public:
     virtual void abort_accept() = 0;
     /// The address listened on.
     virtual socket_address local_address() const = 0;
+    /// Connections answered with `listen_options::refusal` and closed (none by default).
+    virtual uint64_t refused_connections() const noexcept { return 0; }
 };
 
 /// A listening socket: `accept()` resolves with each incoming connection. `abort_accept()`
@@ -296,6 +298,9 @@ public:
     void abort_accept() { _impl->abort_accept(); }
     /// The address listened on (with the port picked when 0 was asked for).
     socket_address local_address() const { return _impl->local_address(); }
+    /// Connections this listener answered with `listen_options::refusal` and closed because no
+    /// descriptor was left for them (0 without a listener or a refusal).
+    uint64_t refused_connections() const noexcept { return _impl ? _impl->refused_connections() : 0; }
     /// True when it holds a listener.
     explicit operator bool() const noexcept { return bool(_impl); }
 

@@ -50,7 +50,8 @@ metrics::metric_group publish_metrics(server& s) {
                 conn(&connection_stats::curr_connections));
     g.add_counter("shoal_kv_connections_total", "Client connections accepted.",
                   conn(&connection_stats::total_connections));
-    g.add_counter("shoal_kv_rejected_connections_total", "Connections refused over -c (max connections).",
+    g.add_counter("shoal_kv_rejected_connections_total",
+                  "Connections refused: over -c, or when no descriptor was left.",
                   conn(&connection_stats::rejected_connections));
     g.add_counter("shoal_kv_read_bytes_total", "Request bytes read from clients.",
                   conn(&connection_stats::bytes_read));

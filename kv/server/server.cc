@@ -326,7 +326,7 @@ future<std::string> server::general_stats() {
     store_stats s = co_await _peers->map_reduce([](server& sv) { return sv._store.stats(); }, store_stats(),
                                                 [](store_stats a, const store_stats& b) { return a += b; });
     connection_stats c =
-        co_await _peers->map_reduce([](server& sv) { return sv._conn; }, connection_stats(),
+        co_await _peers->map_reduce([](server& sv) { return sv.conn_stats(); }, connection_stats(),
                                     [](connection_stats a, const connection_stats& b) { return a += b; });
     std::string out;
     format_general_stats(s, c, info(), out);
@@ -360,6 +360,7 @@ future<> server::handle_stats(const request& r, reply_batch& reply) {
             sv._store.reset_stats();
             sv._conn.total_connections = sv._conn.curr_connections;
             sv._conn.rejected_connections = sv._conn.bytes_read = sv._conn.bytes_written = 0;
+            sv._refused_at_reset = sv._ss.refused_connections();
         });
         reply.text() += "RESET\r\n";
     } else if (r.arg == "detail") {

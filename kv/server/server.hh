@@ -86,8 +86,13 @@ public:
     net::socket_address local_address() const { return _ss.local_address(); }
     /// This shard's store.
     kv::store& store() noexcept { return _store; }
-    /// This shard's connection counters.
-    const connection_stats& conn_stats() const noexcept { return _conn; }
+    /// This shard's connection counters. `rejected_connections` counts both refusals: over -c,
+    /// and by the listener when no descriptor was left (as memcached counts both).
+    connection_stats conn_stats() const noexcept {
+        connection_stats c = _conn;
+        c.rejected_connections += _ss.refused_connections() - _refused_at_reset;
+        return c;
+    }
     /// memcached's general `stats` of the whole server (every shard's counters summed), as the
     /// text protocol answers them: `STAT name value` lines and END.
     future<std::string> general_stats();
@@ -124,6 +129,7 @@ private:
     net::server_socket _ss;
     net::server_connections _conns;
     connection_stats _conn;
+    uint64_t _refused_at_reset = 0; // the listener's refusals when `stats reset` last ran
     metrics::histogram _latency = metrics::histogram::exponential(1e-6, 2, 24); // 1 us .. 8 s
     timer<> _clock;
     uint32_t _started;

@@ -297,6 +297,7 @@ void listener::refuse_waiting() noexcept {
         ::shutdown(c, SHUT_WR);
         ::close(c);
         ++local_stats().refused_connections;
+        ++_refused;
     }
     _reserve_fd = open_reserve();
 }

@@ -50,6 +50,8 @@ public:
     void release() noexcept;
     /// The bound address.
     const socket_address& local_address() const noexcept { return _addr; }
+    /// Connections this listener answered with its refusal and closed.
+    uint64_t refused_connections() const noexcept { return _refused; }
 
     /// Called by the canceller when one of our cancellations completed.
     void cancel_done() noexcept { maybe_destroy(); }
@@ -85,6 +87,7 @@ private:
     std::deque<accept_result> _queue;
     std::string _refusal;
     int _reserve_fd = -1;                   // held for refusals; -1 when none (or lost)
+    uint64_t _refused = 0;                  // connections answered with `_refusal`
     steady_clock_type::duration _backoff{}; // the last back-off; zero after a success
     timer<> _retry;
     steady_clock_type::time_point _last_log{};

@@ -52,6 +52,7 @@ public:
     future<accept_result> accept(abort_source& as) override { return _l->accept(as); }
     void abort_accept() override { _l->abort_accept(); }
     socket_address local_address() const override { return _l->local_address(); }
+    uint64_t refused_connections() const noexcept override { return _l->refused_connections(); }
 
 private:
     listener* _l;

@@ -347,6 +347,7 @@ TEST(FdExhaustion, RefusalMessageThenEndOfStream) {
             EXPECT_GE(refused, 1u);
             EXPECT_GE(served, 1u);
             EXPECT_EQ(tcp::shard_stats().refused_connections - refused0, refused);
+            EXPECT_EQ(srv.ss.refused_connections(), refused) << "the listener's own count";
             // The served ones go away: the listener is still accepting, with a reserve again.
             for (size_t i = 0; i < cl.fds.size(); ++i) {
                 cl.close(i);
