@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 
 namespace shoal::net::rdma::internal {
@@ -16,8 +17,9 @@ struct credit_limits {
 /// holds to send with (and those reserved for queued one-sided operations), and the credits it
 /// promised the peer (its receive window, what the peer was told of, what it owes back). Plain
 /// counters: the connection posts the receives and sends the messages, asking the window how
-/// many and when. Every counter stays in range: a method that would take one below zero refuses
-/// (or clamps) instead of wrapping.
+/// many and when. No counter wraps: what the peer's messages drive (consuming, giving back)
+/// refuses or clamps; what the connection calls after its own check (using a send or control
+/// credit, ending a reservation) asserts that check.
 class credit_window {
 public:
     /// A window within `limits`, open to `idle_credits`, nothing granted or held.
@@ -46,18 +48,25 @@ public:
     void add_ctrl_credits(uint32_t n) noexcept { _send_ctrl_credits += n; }
     /// A message that takes one of the peer's receives leaves (the caller checked one is held).
     void use_send_credit() noexcept {
+        assert(_send_credits > 0);
         --_send_credits;
         _sent_since_sweep = true;
     }
     /// A credit-only message leaves (the caller checked a control credit is held).
-    void use_ctrl_credit() noexcept { --_send_ctrl_credits; }
+    void use_ctrl_credit() noexcept {
+        assert(_send_ctrl_credits > 0);
+        --_send_ctrl_credits;
+    }
     /// A send without a credit (fault injection: a hostile peer): the credit it takes was never
     /// granted.
     void forge_send_credit() noexcept { ++_send_credits; }
     /// A woken one-sided operation holds a credit until it is issued.
     void reserve_credit() noexcept { ++_reserved_credits; }
     /// Gives back a credit `reserve_credit` held (the caller checked one is reserved).
-    void unreserve_credit() noexcept { --_reserved_credits; }
+    void unreserve_credit() noexcept {
+        assert(_reserved_credits > 0);
+        --_reserved_credits;
+    }
     /// Whether it holds more data credits than `keep` (the peer's idle window).
     bool holds_more_than(uint32_t keep) const noexcept { return _send_credits > keep; }
     /// Hands back the data credits held above `keep`, at most `max` (what one message can say);
