@@ -410,10 +410,10 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
     , _slots(std::make_unique<send_slot[]>(_depth)) {
     _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
     _opts.idle_credits = std::clamp(_opts.idle_credits, 1u, _opts.credits);
-    _window = _opts.idle_credits;
     // At least 2: a credit-only message that returns one control credit must not be answered
     // by another (two idle peers with one control credit each would bounce them forever).
     _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 2u, max_imm_ctrl_credits);
+    _credits = credit_window({_opts.credits, _opts.idle_credits, _opts.ctrl_credits});
     _opts.signal_every = std::clamp(_opts.signal_every, 1u, _depth / 2);
     for (unsigned i = 0; i < _depth; ++i) {
         _slots[i].conn = this;
@@ -483,7 +483,7 @@ void connection_impl::graceful_close() noexcept {
 conn_params connection_impl::local_params() const noexcept {
     conn_params p;
     p.recv_buffer_size = uint32_t(_srq->buffer_size());
-    p.credits = uint16_t(_window);
+    p.credits = uint16_t(_credits.window());
     p.ctrl_credits = uint16_t(_opts.ctrl_credits);
     p.region = _opts.region;
     return p;
@@ -521,7 +521,7 @@ void connection_impl::create_qp() {
     _ctx->register_qp(_qp->qp_num, this);
     _qp_registered = true;
     // Receives for what the peer may send right away: its credits and control credits.
-    unsigned want = _window + _opts.ctrl_credits;
+    unsigned want = _credits.window() + _opts.ctrl_credits;
     unsigned got = _srq->reserve(want, true);
     if (got < want) {
         _srq->release(got);
@@ -531,8 +531,7 @@ void connection_impl::create_qp() {
                         "at its watermark or SRQ full)",
                         _shard, got, want));
     }
-    _granted = _window;
-    _ctrl_granted = _opts.ctrl_credits;
+    _credits.grant_initial();
 }
 
 future<std::shared_ptr<connection_ref>> connection_impl::start_connect(const net::socket_address& to) {
@@ -585,8 +584,8 @@ rdma_conn_param connection_impl::cm_params(const std::array<uint8_t, conn_params
 
 void connection_impl::accept(const conn_params& peer, const cm_event& request, acceptor* a) {
     _peer = peer;
-    _send_credits = peer.credits;
-    _send_ctrl_credits = peer.ctrl_credits;
+    _credits.add_send_credits(peer.credits); // none yet: nothing was received
+    _credits.add_ctrl_credits(peer.ctrl_credits);
     _peer_addr = address_of(rdma_get_peer_addr(_id));
     create_qp();
     auto pdata = encode_conn_params(local_params());
@@ -687,8 +686,8 @@ void connection_impl::established(const cm_event& ev) noexcept {
             return;
         }
         _peer = *p;
-        _send_credits += p->credits; // credits the peer may already have returned stay
-        _send_ctrl_credits += p->ctrl_credits;
+        _credits.add_send_credits(p->credits); // credits the peer may already have returned stay
+        _credits.add_ctrl_credits(p->ctrl_credits);
     }
     _setup_timer.cancel();
     _state = state::established;
@@ -708,7 +707,7 @@ void connection_impl::established(const cm_event& ev) noexcept {
             connection_closed("the listener closed before the connection was set up")));
         return;
     }
-    if (!_rx.empty() || _credits_to_return) {
+    if (!_rx.empty() || _credits.credits_to_return()) {
         need_post();
     }
     transmit();
@@ -855,8 +854,7 @@ void connection_impl::destroy_resources() noexcept {
         ++_tail;
         finish_slot(s, s.signaled ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS, nullptr);
     }
-    _srq->release(_granted + _ctrl_granted);
-    _granted = _ctrl_granted = 0;
+    _srq->release(_credits.release_all());
     _ctx->release_receive_queue(*_srq); // its QP is gone, the CQs drained
     _srq = nullptr;
     if (_id) {

@@ -354,8 +354,7 @@ future<> connection_impl::issue_write_with_imm(const local_span& src, const remo
     if (src.length <= _max_inline && src.length > 0) {
         s.wr.send_flags |= IBV_SEND_INLINE;
     }
-    --_send_credits; // it consumes one of the peer's receives
-    _sent_since_sweep = true;
+    _credits.use_send_credit(); // it consumes one of the peer's receives
     s.done = promise<>();
     auto f = s.done.get_future();
     append(s);

@@ -283,12 +283,10 @@ void connection_impl::serve_waiting_senders() noexcept {
 }
 
 bool connection_impl::consume_data_credit() noexcept {
-    if (_granted <= _credits_to_return) {
+    if (!_credits.consume_data_credit()) {
         return false; // the peer sent more than it was granted
     }
-    --_granted;
     _srq->consumed();
-    _received_since_sweep = true;
     return true;
 }
 
@@ -296,23 +294,16 @@ void connection_impl::withdraw_untold_credits() noexcept {
     // Credits granted but not told yet (they wait to ride on a message) are only this side's
     // bookkeeping: they go, down to the idle window or to what the peer was told, whichever is
     // more. The peer keeps every credit it holds.
-    const uint32_t told = _granted - _credits_to_return;
-    const uint32_t target = std::max(_opts.idle_credits, told);
-    const uint32_t cut = _granted > target ? std::min(_granted - target, _credits_to_return) : 0;
-    _granted -= cut;
-    _credits_to_return -= cut;
+    const uint32_t cut = _credits.withdraw_untold();
     _srq->release(cut);
     _stats.credits_withdrawn += cut;
-    _window = _opts.idle_credits;
-    _calm = 0;
 }
 
 bool connection_impl::close_idle_window() noexcept {
-    if (_state != state::established || (_window <= _opts.idle_credits && _granted <= _opts.idle_credits)) {
+    if (_state != state::established || !_credits.open()) {
         return false;
     }
-    if (_received_since_sweep) {
-        _received_since_sweep = false;
+    if (_credits.take_received_since_sweep()) {
         return true; // not quiet yet
     }
     // Quiet for a whole period with the window open: the window closes. A peer that went quiet
@@ -330,36 +321,24 @@ bool connection_impl::sweep_idle() noexcept {
 }
 
 bool connection_impl::consume_ctrl_credit() noexcept {
-    if (_ctrl_granted == 0) {
+    if (!_credits.consume_ctrl_credit()) {
         return false;
     }
-    --_ctrl_granted;
     _srq->consumed();
-    if (++_ctrl_to_return >= _opts.ctrl_credits) {
+    if (_credits.ctrl_returns_due()) {
         need_post(); // the peer used them all: they go back on a message of their own if need be
     }
     return true;
 }
 
 void connection_impl::adapt_window() noexcept {
-    // The peer is busy when this message left it less than a quarter of the window (credits
-    // coming back travel on data or, at half a window, on a message of their own, so a calm
-    // peer stays well above that). Busy: the window doubles, up to `credits`. A whole window of
-    // messages without the peer running low: it halves, down to `idle_credits` (the credits
-    // above it are not given back as they are used, so their receives are released).
-    const uint32_t peer_has = _granted - _credits_to_return;
-    if (peer_has * 4 < _window) {
-        _calm = 0;
-        if (_window < _opts.credits) {
-            _window = std::min(_opts.credits, _window * 2);
-            grant_credits();
-            if (_opts.give_back_after.count() > 0) {
-                _ctx->watch_give_back(_opts.give_back_after); // closes it again once quiet
-            }
+    // The window opens while the peer runs low and closes when it stays calm (see
+    // credit_window::adapt); an opened window is granted at once, and closed again once quiet.
+    if (_credits.adapt()) {
+        grant_credits();
+        if (_opts.give_back_after.count() > 0) {
+            _ctx->watch_give_back(_opts.give_back_after);
         }
-    } else if (++_calm >= _window && _window > _opts.idle_credits) {
-        _calm = 0;
-        _window = std::max(_opts.idle_credits, _window / 2);
     }
 }
 
@@ -370,10 +349,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             connection_closed("RDMA connection to " + _peer_addr.to_string() + ": protocol error: " + what)));
     };
     if (wc.status != IBV_WC_SUCCESS) {
-        if (_granted > _credits_to_return) {
-            --_granted;
-            _srq->consumed();
-        }
+        consume_data_credit(); // if the peer had one: the receive is gone either way
         close(std::make_exception_ptr(
             connection_closed(fmt::format("RDMA receive on the connection to {}: {}", _peer_addr.to_string(),
                                           ibv_wc_status_str(wc.status)))));
@@ -385,7 +361,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             return;
         }
         ++_stats.immediates_received;
-        ++_unconsumed;
+        _credits.hold_for_user();
         adapt_window();
         deliver_immediate(ntohl(wc.imm_data));
         return; // the buffer was not used: it is reposted
@@ -396,13 +372,13 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
     }
     imm_fields f = decode_imm(ntohl(wc.imm_data));
     if (f.kind != msg_kind::give_back) {
-        _send_credits += f.credits;
-        if (f.credits && _send_credits > std::max(1u, uint32_t(_peer.credits)) &&
+        _credits.add_send_credits(f.credits);
+        if (f.credits && _credits.holds_more_than(std::max(1u, uint32_t(_peer.credits))) &&
             _opts.give_back_after.count() > 0) {
             _ctx->watch_give_back(_opts.give_back_after); // more than the peer's idle window
         }
     }
-    _send_ctrl_credits += f.ctrl_credits;
+    _credits.add_ctrl_credits(f.ctrl_credits);
     switch (f.kind) {
     case msg_kind::ctrl:
         if (!consume_ctrl_credit()) {
@@ -418,12 +394,11 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
             return;
         }
         // The peer holds at most what it was told of; it hands those back unused.
-        if (f.credits > _granted - _credits_to_return) {
+        if (!_credits.take_back(f.credits)) {
             protocol_error(fmt::format("gave back {} more credits, holding at most {}", f.credits,
-                                       _granted - _credits_to_return));
+                                       _credits.peer_holds()));
             return;
         }
-        _granted -= f.credits;
         _srq->release(f.credits); // their receives serve other connections' promises
         _stats.credits_taken_back += f.credits + 1;
         withdraw_untold_credits(); // and the credits not told yet, down to the idle window
@@ -449,7 +424,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
         }
         ++_stats.messages_received;
         _stats.bytes_received += wc.byte_len;
-        ++_unconsumed;
+        _credits.hold_for_user();
         adapt_window();
         if (_input_closed || wc.byte_len == 0) {
             consumed(1); // nobody will read it: the buffer is reposted, the credit returned
@@ -467,7 +442,7 @@ void connection_impl::on_receive(const ibv_wc& wc, buffer& buf) noexcept {
 }
 
 void connection_impl::consumed(unsigned n) noexcept {
-    _unconsumed -= std::min(n, _unconsumed);
+    _credits.taken_by_user(n);
     grant_credits();
 }
 
@@ -475,49 +450,41 @@ void connection_impl::grant_credits() noexcept {
     if (_state != state::established && _state != state::connecting) {
         return;
     }
-    uint32_t window = _window;
-    if (_granted + _unconsumed >= window) {
-        return;
-    }
-    uint32_t want = window - _granted - _unconsumed;
     // Batched (a quarter window at a time: one chained SRQ post) unless the peer runs low.
-    uint32_t peer_has = _granted - _credits_to_return;
-    if (want < std::max(1u, window / 4) && peer_has > window / 2) {
+    const uint32_t want = _credits.grant_wanted();
+    if (want == 0) {
         return;
     }
     uint32_t got = _srq->reserve(want);
-    _granted += got;
-    _credits_to_return += got;
+    _credits.granted_more(got);
     if (got < want && !_starved) {
         _starved = true;
         _ctx->mark_starved(this);
     }
-    if (_credits_to_return) {
+    if (_credits.credits_to_return()) {
         need_post();
     }
 }
 
 bool connection_impl::give_back_idle_credits() noexcept {
     const uint32_t keep = std::max(1u, uint32_t(_peer.credits)); // the peer's idle window
-    if (_state != state::established || _fin_posted || _send_credits <= keep) {
+    if (_state != state::established || _fin_posted || !_credits.holds_more_than(keep)) {
         return false;
     }
-    if (_sent_since_sweep) {
-        _sent_since_sweep = false;
+    if (_credits.take_sent_since_sweep()) {
         return true; // not quiet yet
     }
-    if (_reserved_credits || !_space_waiters.empty() || !tx_empty() || free_slots() <= 1) {
+    if (_credits.reserved_credits() || !_space_waiters.empty() || !tx_empty() || free_slots() <= 1) {
         return true; // busy after all: later
     }
     // The message itself uses one of the credits handed back; bits 23-0 carry the others.
-    const uint32_t k = std::min(_send_credits - keep, max_imm_credits);
+    const uint32_t k = _credits.give_back(keep, max_imm_credits);
     send_slot& s = next_slot();
     s.kind = send_slot::op::ctrl;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
     s.wr.num_sge = 0;
     s.wr.sg_list = nullptr;
     s.wr.imm_data = htonl(encode_imm({msg_kind::give_back, k - 1, take_ctrl_returns()}));
-    _send_credits -= k;
     _stats.credits_given_back += k;
     append(s);
     return false;
@@ -528,12 +495,10 @@ bool connection_impl::retry_credits() noexcept {
         _starved = false;
         return true;
     }
-    uint32_t window = _window;
-    uint32_t want = _granted + _unconsumed < window ? window - _granted - _unconsumed : 0;
+    const uint32_t want = _credits.missing();
     uint32_t got = want ? _srq->reserve(want) : 0;
-    _granted += got;
-    _credits_to_return += got;
-    if (_credits_to_return) {
+    _credits.granted_more(got);
+    if (_credits.credits_to_return()) {
         need_post();
     }
     _tx_starved = false;
@@ -547,20 +512,14 @@ bool connection_impl::retry_credits() noexcept {
     return true;
 }
 
-uint32_t connection_impl::take_credit_returns() noexcept {
-    uint32_t c = std::min(_credits_to_return, max_imm_credits);
-    _credits_to_return -= c;
-    return c;
-}
-
 uint32_t connection_impl::take_ctrl_returns() noexcept {
-    if (_ctrl_to_return == 0) {
+    const uint32_t owed = _credits.ctrl_to_return();
+    if (owed == 0) {
         return 0;
     }
     // Each control message received freed its receive (reposted): promise it again.
-    uint32_t k = _srq->reserve(std::min(_ctrl_to_return, max_imm_ctrl_credits));
-    _ctrl_granted += k;
-    _ctrl_to_return -= k;
+    uint32_t k = _srq->reserve(std::min(owed, max_imm_ctrl_credits));
+    _credits.return_ctrl_credits(k);
     return k;
 }
 
@@ -575,21 +534,18 @@ void connection_impl::queue_ctrl() noexcept {
     // runs out opens the window (adapt_window) at the message that emptied it. From 4 up, a
     // message that just arrived is answered by tasks that run after this poll, so a due
     // credit-only message waits one reactor round for a reply to carry the credits instead.
-    const uint32_t peer_has = _granted - _credits_to_return;
-    const bool acks_due = _ctrl_to_return >= _opts.ctrl_credits;
-    if (!acks_due && peer_has > 0 && !_ctrl_held) {
-        _ctrl_held = true;
+    if (_credits.hold_ctrl_message()) {
         _ctx->post_next_round(this);
         return;
     }
-    _ctrl_held = false;
     send_slot& s = next_slot();
     s.kind = send_slot::op::ctrl;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
     s.wr.num_sge = 0;
     s.wr.sg_list = nullptr;
-    s.wr.imm_data = htonl(encode_imm({msg_kind::ctrl, take_credit_returns(), take_ctrl_returns()}));
-    --_send_ctrl_credits;
+    s.wr.imm_data = htonl(
+        encode_imm({msg_kind::ctrl, _credits.take_credit_returns(max_imm_credits), take_ctrl_returns()}));
+    _credits.use_ctrl_credit();
     ++_stats.ctrl_sent;
     append(s);
 }
@@ -622,7 +578,7 @@ void connection_impl::take_turn(bool needs_credit) noexcept {
 void connection_impl::release_turn(bool needs_credit) noexcept {
     --_reserved_slots;
     if (needs_credit) {
-        --_reserved_credits;
+        _credits.unreserve_credit();
     }
 }
 
@@ -637,7 +593,7 @@ void connection_impl::wake_space_waiters(unsigned max) noexcept {
             }
             ++_reserved_slots;
             if (w.needs_credit) {
-                ++_reserved_credits;
+                _credits.reserve_credit();
             }
             w.pr.set_value();
         } else {

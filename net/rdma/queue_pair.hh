@@ -7,6 +7,7 @@
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/completion.hh"
 #include "net/rdma/context.hh"
+#include "net/rdma/credit_window.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/memory_window.hh"
@@ -347,10 +348,6 @@ private:
         unsigned raw = unsigned(_depth - (_head - _tail));
         return raw > _reserved_slots ? raw - _reserved_slots : 0;
     }
-    /// Send credits nobody holds (see `free_slots`).
-    uint32_t free_credits() const noexcept {
-        return _send_credits > _reserved_credits ? _send_credits - _reserved_credits : 0;
-    }
     /// The next free slot of the ring, cleared (the caller checked there is one).
     [[gnu::always_inline]] send_slot& next_slot() noexcept {
         send_slot& s = _slots[_head % _depth];
@@ -394,37 +391,36 @@ private:
     /// Queues a credit-only message when the peer needs credits or control receives back (see
     /// `queue_ctrl`); most polls find none due and return here.
     void maybe_queue_ctrl() noexcept {
-        if (_send_ctrl_credits == 0 || free_slots() == 0) {
+        if (_credits.send_ctrl_credits() == 0 || free_slots() == 0) {
             return;
         }
-        if (!credits_due() && _ctrl_to_return < _opts.ctrl_credits) {
-            _ctrl_held = false;
+        if (!_credits.ctrl_message_due()) {
+            _credits.drop_ctrl_hold();
             return;
         }
         queue_ctrl();
     }
-    /// Whether the peer is low enough on data credits that returning them cannot wait for a
-    /// data message to carry them (see `queue_ctrl`).
-    bool credits_due() const noexcept {
-        uint32_t peer_has = _granted - _credits_to_return;
-        return _credits_to_return > 0 && (_window < 4 ? peer_has == 0 : peer_has <= _window / 2);
-    }
     /// The rest of `maybe_queue_ctrl`, with credits or acks due: holds the credits back one
     /// reactor round for a reply to carry, or queues the credit-only message.
     void queue_ctrl() noexcept;
-    uint32_t take_credit_returns() noexcept;
+    /// The control credits owed to the peer, promised again (receives reserved) to ride on a
+    /// message now.
     uint32_t take_ctrl_returns() noexcept;
+    /// A message used a data credit: its shared receive is consumed (false when the peer had
+    /// no credit: a protocol error).
     bool consume_data_credit() noexcept;
     /// Withdraws the credits granted but not told to the peer, down to `idle_credits` or what
-    /// the peer holds, and closes the window to `idle_credits`.
+    /// the peer holds, releases their receives and closes the window to `idle_credits`.
     void withdraw_untold_credits() noexcept;
     /// A credit-only or give-back message arrived: uses one of the control credits granted to the
     /// peer (false when it had none: a protocol error).
     bool consume_ctrl_credit() noexcept;
-    /// After a data message: opens the receive window while the peer runs low on credits, closes
-    /// it towards `idle_credits` after a window of messages where it did not.
+    /// After a data message: opens the receive window while the peer runs low on credits (and
+    /// grants it), closes it towards `idle_credits` after a window of messages where it did not.
     void adapt_window() noexcept;
+    /// The user took `n` received messages or events: their credits are granted again.
     void consumed(unsigned n) noexcept;
+    /// Reserves the receives the window lacks (batched, see `credit_window::grant_wanted`).
     void grant_credits() noexcept;
     /// Wakes up to `max` queued one-sided operations whose turn came (in call order).
     void wake_space_waiters(unsigned max = ~0u) noexcept;
@@ -458,7 +454,7 @@ private:
     /// Whether an operation may take a slot now: one stays free for control messages, and a
     /// WRITE_WITH_IMM also needs a send credit.
     [[gnu::always_inline]] bool can_issue(bool needs_credit) const noexcept {
-        return free_slots() > 1 && (!needs_credit || free_credits() > 0);
+        return free_slots() > 1 && (!needs_credit || _credits.free_credits() > 0);
     }
     /// Why a transfer of `len` bytes at `offset` of `rr` cannot start (null: it can).
     std::exception_ptr check_transfer(const char* op, uint64_t len, const remote_region& rr,
@@ -545,9 +541,7 @@ private:
     bool _resources_gone = false;
     bool _dirty = false;
     bool _starved = false;
-    bool _sent_since_sweep = false;     // a credit was used since the last give_back_idle_credits
-    bool _received_since_sweep = false; // the peer used a data credit since the last close_idle_window
-    bool _tx_starved = false;           // the last transmit found the pool dry
+    bool _tx_starved = false; // the last transmit found the pool dry
     bool _disconnect_sent = false;
     bool _was_established = false; // its QP may have consumed shared receives
     bool _last_wqe = false;        // IBV_EVENT_QP_LAST_WQE_REACHED seen
@@ -579,23 +573,13 @@ private:
         bool needs_credit;
     };
     std::deque<space_waiter> _space_waiters;
-    unsigned _reserved_slots = 0;   // woken waiters that have not issued yet
-    unsigned _turns_ready = 0;      // of which passed wait_turn and issue in their next task
-    uint32_t _reserved_credits = 0; // of which need a credit
-    buffer _atomics;                // 8 bytes per slot for atomic results
+    unsigned _reserved_slots = 0; // woken waiters that have not issued yet
+    unsigned _turns_ready = 0;    // of which passed wait_turn and issue in their next task
+    buffer _atomics;              // 8 bytes per slot for atomic results
 
-    // credits: what we may send
-    uint32_t _send_credits = 0;
-    uint32_t _send_ctrl_credits = 0;
-    // credits: what the peer may send (receives reserved in the SRQ for it)
-    uint32_t _window = 0;       // receive window now (idle_credits..credits, see adapt_window)
-    uint32_t _calm = 0;         // messages since the peer last ran low on credits
-    uint32_t _granted = 0;      // data credits reserved for the peer (incl. not yet returned)
-    uint32_t _ctrl_granted = 0; // control credits reserved for the peer
-    uint32_t _credits_to_return = 0;
-    uint32_t _ctrl_to_return = 0; // control messages received whose credit is not returned yet
-    bool _ctrl_held = false;      // a due credit-only message waits a round for a reply to carry it
-    uint32_t _unconsumed = 0;     // messages/events received and not yet taken by the user
+    // flow control: what we may send, what the peer may send (receives reserved in the SRQ
+    // for it), and which of the woken one-sided operations hold a credit
+    credit_window _credits;
 
     // stream receive side
     std::deque<net::temporary_buffer> _rx;

@@ -237,7 +237,7 @@ void connection_impl::stream_abort() noexcept {
     }
     // Unread messages go too: a read after an abort fails instead of finding old data.
     _rx.clear();
-    _unconsumed = 0;
+    _credits.drop_unconsumed();
     close(std::make_exception_ptr(
         connection_closed("RDMA connection to " + _peer_addr.to_string() + " was aborted by this side")));
 }
@@ -285,12 +285,12 @@ void connection_impl::transmit() noexcept {
     }
     bool stalled = false;
     while (!tx_empty()) {
-        if (free_credits() == 0) {
+        if (_credits.free_credits() == 0) {
             if (!internal::inject(fault::ignore_credits)) {
                 stalled = true;
                 break;
             }
-            ++_send_credits; // a hostile peer's send: the credit it takes was never granted
+            _credits.forge_send_credit(); // a hostile peer's send: the credit it takes was never granted
         }
         if (free_slots() <= 1 || !(_msgs.empty() ? build_data_message() : build_message())) {
             break;
@@ -299,16 +299,16 @@ void connection_impl::transmit() noexcept {
     if (stalled) {
         ++_stats.credit_stalls;
     }
-    if (tx_empty() && _fin_requested && !_fin_posted && free_credits() > 0 && free_slots() > 1) {
+    if (tx_empty() && _fin_requested && !_fin_posted && _credits.free_credits() > 0 && free_slots() > 1) {
         send_slot& s = next_slot();
         s.kind = send_slot::op::fin;
         s.signaled = true;
         s.wr.opcode = IBV_WR_SEND_WITH_IMM;
         s.wr.num_sge = 0;
         s.wr.sg_list = nullptr;
-        s.wr.imm_data = htonl(encode_imm({msg_kind::fin, take_credit_returns(), take_ctrl_returns()}));
-        --_send_credits;
-        _sent_since_sweep = true;
+        s.wr.imm_data = htonl(
+            encode_imm({msg_kind::fin, _credits.take_credit_returns(max_imm_credits), take_ctrl_returns()}));
+        _credits.use_send_credit();
         _fin_posted = true;
         append(s);
     }
@@ -537,9 +537,9 @@ future<net::accept_result> stream_server_socket::accept() {
 }
 
 void connection_impl::append_data_message(send_slot& s, size_t n) noexcept {
-    s.wr.imm_data = htonl(encode_imm({msg_kind::data, take_credit_returns(), take_ctrl_returns()}));
-    --_send_credits;
-    _sent_since_sweep = true;
+    s.wr.imm_data = htonl(
+        encode_imm({msg_kind::data, _credits.take_credit_returns(max_imm_credits), take_ctrl_returns()}));
+    _credits.use_send_credit();
     ++_stats.messages_sent;
     _stats.bytes_sent += n;
     append(s);
