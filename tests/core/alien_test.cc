@@ -2,7 +2,8 @@
 
 #include "core/alien.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include "core/reactor.hh"
 #include "core/small_pool.hh"
 #include "core/smp.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 
 #include <cstdlib>
 #include <new>

@@ -4,7 +4,8 @@
 #include "core/future.hh"
 #include "core/future_util.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
+#include "support/temp_file.hh"
 #include "test_failures.hh"
 
 #include <chrono>
@@ -23,6 +24,7 @@ using namespace shoal;
 using shoal::testing::test_error;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shard;
+using shoal::testing::temp_file;
 
 namespace {
 
@@ -70,24 +72,6 @@ foreign_task foreign_await(future<int> f, int* out, promise<>* done) {
     *out = co_await std::move(f);
     done->set_value();
 }
-
-/// A temporary file with known content, removed at the end of the test.
-class temp_file {
-public:
-    explicit temp_file(const std::string& content) {
-        const char* dir = std::getenv("TMPDIR");
-        _path = std::string(dir && *dir ? dir : "/tmp") + "/shoal-coro-XXXXXX";
-        int fd = ::mkstemp(_path.data());
-        EXPECT_GE(fd, 0);
-        EXPECT_EQ(::write(fd, content.data(), content.size()), ssize_t(content.size()));
-        ::close(fd);
-    }
-    ~temp_file() { ::unlink(_path.c_str()); }
-    const std::string& path() const { return _path; }
-
-private:
-    std::string _path;
-};
 
 } // namespace
 
@@ -152,7 +136,7 @@ TEST(coroutine, awaits_a_timer) {
 }
 
 TEST(coroutine, awaits_a_file_read) {
-    temp_file tf("hello from io_uring");
+    temp_file tf("hello from io_uring", "shoal-coro");
     EXPECT_EQ(run_in_shard([&tf]() -> future<> {
                   auto f = co_await file::open(tf.path(), O_RDONLY);
                   char buf[64] = {};

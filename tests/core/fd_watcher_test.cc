@@ -4,7 +4,8 @@
 #include "core/fd_watcher.hh"
 #include "core/future_util.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 
 #include <cerrno>
 
@@ -14,22 +15,9 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
+using shoal::testing::eventually;
 using shoal::testing::patience;
 using shoal::testing::run_in_shards;
-
-namespace {
-/// Polls `cond` every millisecond for up to `limit`.
-future<bool> within(std::function<bool()> cond, std::chrono::seconds limit) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!cond()) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            co_return false;
-        }
-        co_await sleep(1ms);
-    }
-    co_return true;
-}
-} // namespace
 
 TEST(fd_watcher, a_failed_poll_is_watched_again) {
     int rc = run_in_shards(1, []() -> future<> {
@@ -47,7 +35,7 @@ TEST(fd_watcher, a_failed_poll_is_watched_again) {
         EXPECT_EQ(w.errors(), 1u);
         EXPECT_FALSE(w.failed());
         EXPECT_EQ(write(p[1], "x", 1), 1);
-        bool woke = co_await within([&] { return readable == 1; }, patience);
+        bool woke = co_await eventually([&] { return readable == 1; }, patience);
         EXPECT_TRUE(woke) << "the wake-up after a poll error was lost";
         co_await w.stop();
         close(p[0]);
@@ -66,7 +54,7 @@ TEST(fd_watcher, a_poll_that_keeps_failing_gives_up_loudly) {
         fd_watcher w(
             p[0], [] {}, [&](int err) { failed_with = err; });
         w.start(); // a closed fd: every poll fails with EBADF
-        bool gave_up = co_await within([&] { return failed_with != 0; }, patience);
+        bool gave_up = co_await eventually([&] { return failed_with != 0; }, patience);
         EXPECT_TRUE(gave_up);
         EXPECT_EQ(failed_with, EBADF);
         EXPECT_TRUE(w.failed());

@@ -1,7 +1,7 @@
 // File I/O through the shard's io_uring ring: open, write, fsync, read, size, close, errors.
 #include "core/file.hh"
 #include "core/future_util.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 
 #include <cerrno>
 #include <cstdlib>

@@ -3,7 +3,8 @@
 #include "core/foreign_ptr.hh"
 #include "core/future_util.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 
 #include <atomic>
 #include <chrono>

@@ -2,7 +2,7 @@
 // the links between a promise and its future surviving moves.
 #include "core/future.hh"
 #include "core/future_util.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 #include "test_failures.hh"
 
 #include <memory>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 using namespace shoal;
@@ -552,4 +553,44 @@ TEST(ignored_failure, consumed_failures_are_not_reported) {
               }),
               0);
     EXPECT_EQ(ignored_failed_futures(), before);
+}
+
+TEST(ignored_failure, the_runner_fails_a_run_that_dropped_a_failure) {
+    ::testing::TestPartResultArray failures;
+    int rc = 0;
+    {
+        ::testing::ScopedFakeTestPartResultReporter reporter(
+            ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &failures);
+        rc = run_in_shard([]() -> future<> {
+            (void)make_exception_future<>(test_error("dropped by the test"));
+            return make_ready_future<>();
+        });
+    }
+    EXPECT_EQ(rc, 1);
+    ASSERT_EQ(failures.size(), 1);
+    EXPECT_NE(std::string(failures.GetTestPartResult(0).message()).find("exceptional future ignored"),
+              std::string::npos)
+        << failures.GetTestPartResult(0).message();
+}
+
+TEST(ignored_failure, the_runner_accepts_the_drops_a_test_declared) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  // The test's own failure, dropped on purpose: what the declaration is for.
+                  shoal::testing::expect_dropped_futures(1);
+                  (void)make_exception_future<>(test_error("dropped on purpose"));
+                  return make_ready_future<>();
+              }),
+              0);
+    // The declaration ended with the run: a further drop fails again.
+    ::testing::TestPartResultArray failures;
+    {
+        ::testing::ScopedFakeTestPartResultReporter reporter(
+            ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &failures);
+        EXPECT_EQ(run_in_shard([]() -> future<> {
+                      (void)make_exception_future<>(test_error("not declared"));
+                      return make_ready_future<>();
+                  }),
+                  1);
+    }
+    EXPECT_EQ(failures.size(), 1);
 }

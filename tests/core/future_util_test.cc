@@ -2,7 +2,8 @@
 // keep_doing, do_with, yield and with_timeout.
 #include "core/future_util.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 #include "test_failures.hh"
 
 #include <chrono>

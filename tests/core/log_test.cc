@@ -1,7 +1,7 @@
 // Logging: levels by name and by logger, the per-shard line prefix, fmt formatting.
 #include "core/log.hh"
 #include "core/smp.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 
 #include <cstdio>
 #include <cstdlib>

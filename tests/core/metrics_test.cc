@@ -2,7 +2,7 @@
 #include "core/metrics.hh"
 #include "core/prometheus_format.hh"
 #include "core/smp.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 
 #include <cmath>
 #include <stdexcept>

@@ -6,7 +6,8 @@
 #include "core/reactor.hh"
 #include "core/reactor_metrics.hh"
 #include "core/smp.hh"
-#include "run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 
 #include <chrono>
 #include <string>

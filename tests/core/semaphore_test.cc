@@ -2,7 +2,7 @@
 #include "core/future_util.hh"
 #include "core/semaphore.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 #include "test_failures.hh"
 
 #include <chrono>

@@ -3,7 +3,7 @@
 #include "core/future_util.hh"
 #include "core/sharded.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 #include "test_failures.hh"
 
 #include <atomic>

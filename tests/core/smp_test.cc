@@ -4,7 +4,8 @@
 #include "core/reactor.hh"
 #include "core/smp.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 #include "test_failures.hh"
 
 #include <atomic>

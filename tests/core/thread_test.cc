@@ -4,7 +4,8 @@
 #include "core/future_util.hh"
 #include "core/thread.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
+#include "support/temp_file.hh"
 #include "test_failures.hh"
 
 #include <chrono>
@@ -27,6 +28,7 @@ using namespace shoal;
 using shoal::testing::test_error;
 using namespace std::chrono_literals;
 using shoal::testing::run_in_shard;
+using shoal::testing::temp_file;
 
 namespace {
 
@@ -88,23 +90,6 @@ struct stack_room {
     }
     return sum;
 }
-
-class temp_file {
-public:
-    explicit temp_file(const std::string& content) {
-        const char* dir = std::getenv("TMPDIR");
-        _path = std::string(dir && *dir ? dir : "/tmp") + "/shoal-fiber-XXXXXX";
-        int fd = ::mkstemp(_path.data());
-        EXPECT_GE(fd, 0);
-        EXPECT_EQ(::write(fd, content.data(), content.size()), ssize_t(content.size()));
-        ::close(fd);
-    }
-    ~temp_file() { ::unlink(_path.c_str()); }
-    const std::string& path() const { return _path; }
-
-private:
-    std::string _path;
-};
 
 } // namespace
 
@@ -191,7 +176,7 @@ TEST(thread, get_suspends_the_fiber_not_the_reactor_across_a_timer) {
 }
 
 TEST(thread, get_across_a_file_read) {
-    temp_file tf("fiber reads this");
+    temp_file tf("fiber reads this", "shoal-fiber");
     EXPECT_EQ(run_in_shard([&tf]() -> future<> {
                   int ticks = 0;
                   bool done = false;

@@ -2,7 +2,7 @@
 // the low-resolution clock the reactor refreshes. Assertions on time are lower bounds only.
 #include "core/future_util.hh"
 #include "core/timer.hh"
-#include "run_in_shards.hh"
+#include "support/run.hh"
 
 #include <algorithm>
 #include <chrono>

@@ -10,6 +10,7 @@
 #include "net/http/prometheus.hh"
 #include "net/http/server.hh"
 #include "net/tcp/tcp.hh"
+#include "support/run.hh"
 
 #include <chrono>
 #include <memory>
@@ -22,24 +23,9 @@
 using namespace shoal;
 using namespace shoal::net;
 using namespace std::chrono_literals;
+using shoal::testing::run_in_shards;
 
 namespace {
-
-/// Runs `body` on shard 0 of a fresh 2-shard engine; 0 when it resolved.
-int run2(std::function<future<>()> body) {
-    smp_options o;
-    o.smp = 2;
-    o.pin = false;
-    return run_shards(o, [body = std::move(body)]() -> future<int> {
-        return body().then_wrapped([](future<> f) {
-            if (f.failed()) {
-                ADD_FAILURE() << "test body failed: " << fmt::format("{}", f.get_exception());
-                return 1;
-            }
-            return 0;
-        });
-    });
-}
 
 /// Sends `request`, half-closes, and returns everything the server sent until it closed.
 future<std::string> exchange_unbounded(socket_address addr, std::string request) {
@@ -104,7 +90,7 @@ struct fixture {
 } // namespace
 
 TEST(http_server, scrape_gathers_every_shard) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         fixture f;
         co_await f.start();
         std::string r = co_await exchange(f.srv->local_address(),
@@ -124,7 +110,7 @@ TEST(http_server, scrape_gathers_every_shard) {
 }
 
 TEST(http_server, keep_alive_serves_pipelined_requests_in_order) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         fixture f;
         co_await f.start();
         std::string r = co_await exchange(f.srv->local_address(), "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -140,7 +126,7 @@ TEST(http_server, keep_alive_serves_pipelined_requests_in_order) {
 }
 
 TEST(http_server, bad_requests_get_their_status_and_never_reach_the_shards) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         fixture f;
         co_await f.start({.max_head_bytes = 1024});
         struct bad_case {
@@ -182,7 +168,7 @@ TEST(http_server, bad_requests_get_their_status_and_never_reach_the_shards) {
 }
 
 TEST(http_server, connections_over_the_limit_get_503_when_none_waits_for_a_head) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         // A route whose handler waits until the test lets it answer: its connection is busy.
         // Only the first request may reach it; a second would mean the busy connection was
         // taken for one still waiting for its head.
@@ -229,7 +215,7 @@ future<std::string> read_until_closed(connected_socket& s) {
 } // namespace
 
 TEST(http_server, a_client_that_never_sends_is_closed_after_the_idle_timeout) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         fixture f;
         co_await f.start({.idle_timeout = 200ms});
         auto started = steady_clock_type::now();
@@ -258,7 +244,7 @@ TEST(http_server, a_client_that_never_sends_is_closed_after_the_idle_timeout) {
 }
 
 TEST(http_server, silent_clients_at_the_connection_cap_lose_their_places_to_fresh_scrapes) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         fixture f;
         // The idle timeout is far away: only making room can close the silent clients in time.
         co_await f.start({.max_connections = 2, .idle_timeout = 60s});
@@ -321,7 +307,7 @@ future<bool> slow_head(socket_address addr, steady_clock_type::duration gap) {
 } // namespace
 
 TEST(http_server, slow_heads_cannot_starve_scrapes) {
-    int rc = run2([]() -> future<> {
+    int rc = run_in_shards(2, []() -> future<> {
         fixture f;
         constexpr size_t cap = 4;
         co_await f.start({.max_connections = cap, .idle_timeout = 60s, .head_timeout = 300ms});

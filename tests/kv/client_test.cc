@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 using namespace shoal;
-using shoal::kv_test::run;
+using shoal::kv_test::run_in_shards;
 using shoal::kv_test::test_server;
 
 namespace {
@@ -231,36 +231,37 @@ TEST(kv_ketama, one_server_takes_every_key_and_weights_shift_keys) {
 }
 
 TEST(kv_client, pipelined_set_and_get_on_one_connection) {
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      kv::client c(config_of({ts.addr}));
-                      constexpr int n = 2000;
-                      std::vector<future<kv::store_outcome>> sets;
-                      for (int i = 0; i < n; ++i) {
-                          sets.push_back(
-                              c.set(fmt::format("p{}", i), fmt::format("value-{}", i), uint32_t(i)));
-                      }
-                      auto stored = co_await when_all_succeed(std::move(sets));
-                      EXPECT_EQ(std::count(stored.begin(), stored.end(), kv::store_outcome::stored), n);
-                      std::vector<future<std::optional<kv::fetched_value>>> gets;
-                      for (int i = 0; i < n; ++i) {
-                          gets.push_back(c.get(fmt::format("p{}", i)));
-                      }
-                      gets.push_back(c.get("missing"));
-                      auto got = co_await when_all_succeed(std::move(gets));
-                      for (int i = 0; i < n; ++i) {
-                          EXPECT_TRUE(got[i] && got[i]->data == fmt::format("value-{}", i) &&
-                                      got[i]->flags == uint32_t(i) && got[i]->cas != 0)
-                              << i;
-                      }
-                      EXPECT_FALSE(got[n]);
-                      EXPECT_EQ(co_await accepted(ts), 1u) << "4001 requests in flight on one connection";
-                      co_await c.close();
-                      co_await ts.stop();
-                  }),
-              0);
+    EXPECT_EQ(
+        run_in_shards(2,
+                      []() -> future<> {
+                          test_server ts;
+                          co_await ts.start();
+                          kv::client c(config_of({ts.addr}));
+                          constexpr int n = 2000;
+                          std::vector<future<kv::store_outcome>> sets;
+                          for (int i = 0; i < n; ++i) {
+                              sets.push_back(
+                                  c.set(fmt::format("p{}", i), fmt::format("value-{}", i), uint32_t(i)));
+                          }
+                          auto stored = co_await when_all_succeed(std::move(sets));
+                          EXPECT_EQ(std::count(stored.begin(), stored.end(), kv::store_outcome::stored), n);
+                          std::vector<future<std::optional<kv::fetched_value>>> gets;
+                          for (int i = 0; i < n; ++i) {
+                              gets.push_back(c.get(fmt::format("p{}", i)));
+                          }
+                          gets.push_back(c.get("missing"));
+                          auto got = co_await when_all_succeed(std::move(gets));
+                          for (int i = 0; i < n; ++i) {
+                              EXPECT_TRUE(got[i] && got[i]->data == fmt::format("value-{}", i) &&
+                                          got[i]->flags == uint32_t(i) && got[i]->cas != 0)
+                                  << i;
+                          }
+                          EXPECT_FALSE(got[n]);
+                          EXPECT_EQ(co_await accepted(ts), 1u) << "4001 requests in flight on one connection";
+                          co_await c.close();
+                          co_await ts.stop();
+                      }),
+        0);
 }
 
 namespace {
@@ -398,13 +399,13 @@ struct memcached_process {
 } // namespace
 
 TEST(kv_client, commands_against_shoal_kv) {
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      co_await check_commands(ts.addr);
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(2,
+                            []() -> future<> {
+                                test_server ts;
+                                co_await ts.start();
+                                co_await check_commands(ts.addr);
+                                co_await ts.stop();
+                            }),
               0);
 }
 
@@ -413,17 +414,18 @@ TEST(kv_client, commands_against_memcached) {
     if (!m.start()) {
         GTEST_SKIP() << "memcached is not installed (apt-get install memcached): not checked against it";
     }
-    EXPECT_EQ(run(1,
-                  [&m]() -> future<> {
-                      EXPECT_TRUE(co_await m.ready()) << "memcached did not start listening";
-                      co_await check_commands(
-                          net::socket_address::parse(fmt::format("127.0.0.1:{}", m.port)));
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            [&m]() -> future<> {
+                                EXPECT_TRUE(co_await m.ready()) << "memcached did not start listening";
+                                co_await check_commands(
+                                    net::socket_address::parse(fmt::format("127.0.0.1:{}", m.port)));
+                            }),
               0);
 }
 
 TEST(kv_client, multi_get_across_servers) {
-    EXPECT_EQ(run(2,
+    EXPECT_EQ(run_in_shards(
+                  2,
                   []() -> future<> {
                       test_server a, b, c3;
                       co_await a.start();
@@ -480,195 +482,200 @@ TEST(kv_client, multi_get_across_servers) {
 }
 
 TEST(kv_client, server_down_fails_its_keys_only) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server up;
-                      co_await up.start();
-                      kv::client c(config_of({up.addr, closed_port()}));
-                      std::string live, dead;
-                      for (int i = 0; !(live.size() && dead.size()); ++i) {
-                          auto k = fmt::format("d{}", i);
-                          (c.server_of(k) == 0 ? live : dead) = k;
-                      }
-                      std::string what;
-                      EXPECT_EQ(co_await failure_of(c.set(dead, "x"), &what), "connection");
-                      EXPECT_NE(what.find("Connection refused"), std::string::npos) << what;
-                      EXPECT_EQ(co_await failure_of(c.get(dead)), "connection")
-                          << "tried again, refused again";
-                      EXPECT_EQ(co_await c.set(live, "y"), kv::store_outcome::stored);
-                      std::vector<std::string> both = {live, dead};
-                      EXPECT_EQ(co_await failure_of(c.get_many(std::move(both)), &what), "connection");
-                      EXPECT_EQ((co_await c.get(live))->data, "y") << "the live server is unaffected";
-                      co_await c.close();
-                      co_await up.stop();
-                  }),
-              0);
+    EXPECT_EQ(
+        run_in_shards(1,
+                      []() -> future<> {
+                          test_server up;
+                          co_await up.start();
+                          kv::client c(config_of({up.addr, closed_port()}));
+                          std::string live, dead;
+                          for (int i = 0; !(live.size() && dead.size()); ++i) {
+                              auto k = fmt::format("d{}", i);
+                              (c.server_of(k) == 0 ? live : dead) = k;
+                          }
+                          std::string what;
+                          EXPECT_EQ(co_await failure_of(c.set(dead, "x"), &what), "connection");
+                          EXPECT_NE(what.find("Connection refused"), std::string::npos) << what;
+                          EXPECT_EQ(co_await failure_of(c.get(dead)), "connection")
+                              << "tried again, refused again";
+                          EXPECT_EQ(co_await c.set(live, "y"), kv::store_outcome::stored);
+                          std::vector<std::string> both = {live, dead};
+                          EXPECT_EQ(co_await failure_of(c.get_many(std::move(both)), &what), "connection");
+                          EXPECT_EQ((co_await c.get(live))->data, "y") << "the live server is unaffected";
+                          co_await c.close();
+                          co_await up.stop();
+                      }),
+        0);
 }
 
 TEST(kv_client, dropped_connection_fails_requests_in_flight_then_reconnects) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      // A server that hangs up on its first connection after reading, and
-                      // answers a get with END on the second.
-                      auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
-                      auto addr = ss.local_address();
-                      auto serve = [&ss]() -> future<> {
-                          auto first = co_await ss.accept();
-                          auto in1 = first.connection.input();
-                          co_await in1.read();
-                          first.connection.abort();
-                          auto second = co_await ss.accept();
-                          auto in2 = second.connection.input();
-                          auto out2 = second.connection.output();
-                          std::string got;
-                          while (got.find("\r\n") == std::string::npos) {
-                              auto b = co_await in2.read();
-                              if (b.empty()) {
-                                  break;
-                              }
-                              got.append(b.view());
-                          }
-                          EXPECT_EQ(got, "gets again\r\n");
-                          co_await out2.write("END\r\n");
-                          co_await out2.flush();
-                          co_await drain(in2); // until the client closes
-                          co_await out2.close();
-                      };
-                      auto server_done = serve();
-                      kv::client c(config_of({addr}));
-                      std::vector<future<std::string>> inflight;
-                      for (int i = 0; i < 5; ++i) {
-                          inflight.push_back(failure_of(c.get(fmt::format("k{}", i))));
-                      }
-                      for (auto& f : inflight) {
-                          EXPECT_EQ(co_await std::move(f), "connection");
-                      }
-                      EXPECT_FALSE(co_await c.get("again")) << "a new connection answers";
-                      co_await c.close();
-                      co_await std::move(server_done);
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                // A server that hangs up on its first connection after reading, and
+                                // answers a get with END on the second.
+                                auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
+                                auto addr = ss.local_address();
+                                auto serve = [&ss]() -> future<> {
+                                    auto first = co_await ss.accept();
+                                    auto in1 = first.connection.input();
+                                    co_await in1.read();
+                                    first.connection.abort();
+                                    auto second = co_await ss.accept();
+                                    auto in2 = second.connection.input();
+                                    auto out2 = second.connection.output();
+                                    std::string got;
+                                    while (got.find("\r\n") == std::string::npos) {
+                                        auto b = co_await in2.read();
+                                        if (b.empty()) {
+                                            break;
+                                        }
+                                        got.append(b.view());
+                                    }
+                                    EXPECT_EQ(got, "gets again\r\n");
+                                    co_await out2.write("END\r\n");
+                                    co_await out2.flush();
+                                    co_await drain(in2); // until the client closes
+                                    co_await out2.close();
+                                };
+                                auto server_done = serve();
+                                kv::client c(config_of({addr}));
+                                std::vector<future<std::string>> inflight;
+                                for (int i = 0; i < 5; ++i) {
+                                    inflight.push_back(failure_of(c.get(fmt::format("k{}", i))));
+                                }
+                                for (auto& f : inflight) {
+                                    EXPECT_EQ(co_await std::move(f), "connection");
+                                }
+                                EXPECT_FALSE(co_await c.get("again")) << "a new connection answers";
+                                co_await c.close();
+                                co_await std::move(server_done);
+                            }),
               0);
 }
 
 TEST(kv_client, garbled_reply_breaks_the_connection) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
-                      auto addr = ss.local_address();
-                      auto serve = [&ss]() -> future<> {
-                          auto a = co_await ss.accept();
-                          auto in = a.connection.input();
-                          auto out = a.connection.output();
-                          co_await in.read();
-                          co_await out.write("HELLO\r\n");
-                          co_await out.flush();
-                          co_await drain(in); // until the client hangs up
-                      };
-                      auto server_done = serve();
-                      kv::client c(config_of({addr}));
-                      std::string what;
-                      EXPECT_EQ(co_await failure_of(c.set("k", "v"), &what), "connection");
-                      EXPECT_NE(what.find("unexpected reply 'HELLO'"), std::string::npos) << what;
-                      co_await c.close();
-                      co_await std::move(server_done);
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
+                                auto addr = ss.local_address();
+                                auto serve = [&ss]() -> future<> {
+                                    auto a = co_await ss.accept();
+                                    auto in = a.connection.input();
+                                    auto out = a.connection.output();
+                                    co_await in.read();
+                                    co_await out.write("HELLO\r\n");
+                                    co_await out.flush();
+                                    co_await drain(in); // until the client hangs up
+                                };
+                                auto server_done = serve();
+                                kv::client c(config_of({addr}));
+                                std::string what;
+                                EXPECT_EQ(co_await failure_of(c.set("k", "v"), &what), "connection");
+                                EXPECT_NE(what.find("unexpected reply 'HELLO'"), std::string::npos) << what;
+                                co_await c.close();
+                                co_await std::move(server_done);
+                            }),
               0);
 }
 
 TEST(kv_client, server_error_fails_only_that_request) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      kv::server_config cfg;
-                      cfg.store.max_item_size = cfg.limits.max_item_size = 64 * 1024;
-                      co_await ts.start(cfg);
-                      kv::client c(config_of({ts.addr}));
-                      auto before = c.set("a", "1");
-                      std::string what;
-                      auto too_big = failure_of(c.set("b", std::string(100 * 1024, 'x')), &what);
-                      auto after = c.get("a");
-                      EXPECT_EQ(co_await std::move(before), kv::store_outcome::stored);
-                      EXPECT_EQ(co_await std::move(too_big), "server");
-                      EXPECT_NE(what.find("SERVER_ERROR object too large for cache"), std::string::npos)
-                          << what;
-                      auto a = co_await std::move(after);
-                      EXPECT_TRUE(a && a->data == "1") << "the request after it is answered";
-                      EXPECT_EQ(co_await accepted(ts), 1u) << "on the same connection";
-                      co_await c.close();
-                      co_await ts.stop();
-                  }),
-              0);
+    EXPECT_EQ(
+        run_in_shards(1,
+                      []() -> future<> {
+                          test_server ts;
+                          kv::server_config cfg;
+                          cfg.store.max_item_size = cfg.limits.max_item_size = 64 * 1024;
+                          co_await ts.start(cfg);
+                          kv::client c(config_of({ts.addr}));
+                          auto before = c.set("a", "1");
+                          std::string what;
+                          auto too_big = failure_of(c.set("b", std::string(100 * 1024, 'x')), &what);
+                          auto after = c.get("a");
+                          EXPECT_EQ(co_await std::move(before), kv::store_outcome::stored);
+                          EXPECT_EQ(co_await std::move(too_big), "server");
+                          EXPECT_NE(what.find("SERVER_ERROR object too large for cache"), std::string::npos)
+                              << what;
+                          auto a = co_await std::move(after);
+                          EXPECT_TRUE(a && a->data == "1") << "the request after it is answered";
+                          EXPECT_EQ(co_await accepted(ts), 1u) << "on the same connection";
+                          co_await c.close();
+                          co_await ts.stop();
+                      }),
+        0);
 }
 
 TEST(kv_client, bad_keys_are_refused_before_sending) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      kv::client c(config_of({ts.addr}));
-                      EXPECT_EQ(co_await failure_of(c.set("has space", "v")), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.get(std::string(251, 'k'))), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.get("")), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.remove("new\r\nline")), "bad_request");
-                      std::vector<std::string> one_bad = {"ok", "not ok"};
-                      EXPECT_EQ(co_await failure_of(c.get_many(std::move(one_bad))), "bad_request");
-                      EXPECT_EQ(co_await c.set(std::string(250, 'k'), "v"), kv::store_outcome::stored);
-                      EXPECT_EQ(co_await accepted(ts), 1u);
-                      co_await c.close();
-                      EXPECT_EQ(co_await failure_of(c.get("k")), "bad_request") << "closed";
-                      EXPECT_THROW(kv::client(kv::client_config{}), std::invalid_argument);
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                test_server ts;
+                                co_await ts.start();
+                                kv::client c(config_of({ts.addr}));
+                                EXPECT_EQ(co_await failure_of(c.set("has space", "v")), "bad_request");
+                                EXPECT_EQ(co_await failure_of(c.get(std::string(251, 'k'))), "bad_request");
+                                EXPECT_EQ(co_await failure_of(c.get("")), "bad_request");
+                                EXPECT_EQ(co_await failure_of(c.remove("new\r\nline")), "bad_request");
+                                std::vector<std::string> one_bad = {"ok", "not ok"};
+                                EXPECT_EQ(co_await failure_of(c.get_many(std::move(one_bad))), "bad_request");
+                                EXPECT_EQ(co_await c.set(std::string(250, 'k'), "v"),
+                                          kv::store_outcome::stored);
+                                EXPECT_EQ(co_await accepted(ts), 1u);
+                                co_await c.close();
+                                EXPECT_EQ(co_await failure_of(c.get("k")), "bad_request") << "closed";
+                                EXPECT_THROW(kv::client(kv::client_config{}), std::invalid_argument);
+                                co_await ts.stop();
+                            }),
               0);
 }
 
 // The registered-buffer calls without RDMA on the shard (the host has no device; they work over
 // TCP by copying in the guest test kv_rdma.zero_copy_calls_over_tcp_copy): refused before sending.
 TEST(kv_client, registered_buffer_calls_without_rdma_are_refused_before_sending) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      kv::client c(config_of({ts.addr}));
-                      net::rdma::buffer none;
-                      EXPECT_EQ(co_await failure_of(c.set_from("k", none, 0, 0)), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.cas_from("k", none, 0, 0, 1)), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.get_into("k", none)), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.get_into("bad key", none)), "bad_request");
-                      const std::vector<std::string> good{"a", "b"}, bad{"a", "bad key"};
-                      EXPECT_EQ(co_await failure_of(c.get_many_into(good, none, 100)), "bad_request");
-                      EXPECT_EQ(co_await failure_of(c.get_many_into(bad, none, 100)), "bad_request");
-                      EXPECT_EQ(co_await accepted(ts), 0u) << "nothing was sent";
-                      EXPECT_EQ(kv::get_into_capacity(3, 1000), 56u + 1008 + 16);
-                      co_await c.close();
-                      co_await ts.stop();
-                  }),
-              0);
+    EXPECT_EQ(
+        run_in_shards(1,
+                      []() -> future<> {
+                          test_server ts;
+                          co_await ts.start();
+                          kv::client c(config_of({ts.addr}));
+                          net::rdma::buffer none;
+                          EXPECT_EQ(co_await failure_of(c.set_from("k", none, 0, 0)), "bad_request");
+                          EXPECT_EQ(co_await failure_of(c.cas_from("k", none, 0, 0, 1)), "bad_request");
+                          EXPECT_EQ(co_await failure_of(c.get_into("k", none)), "bad_request");
+                          EXPECT_EQ(co_await failure_of(c.get_into("bad key", none)), "bad_request");
+                          const std::vector<std::string> good{"a", "b"}, bad{"a", "bad key"};
+                          EXPECT_EQ(co_await failure_of(c.get_many_into(good, none, 100)), "bad_request");
+                          EXPECT_EQ(co_await failure_of(c.get_many_into(bad, none, 100)), "bad_request");
+                          EXPECT_EQ(co_await accepted(ts), 0u) << "nothing was sent";
+                          EXPECT_EQ(kv::get_into_capacity(3, 1000), 56u + 1008 + 16);
+                          co_await c.close();
+                          co_await ts.stop();
+                      }),
+        0);
 }
 
 TEST(kv_client, request_timeout_breaks_a_silent_connection) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      // A server that reads requests and never answers.
-                      auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
-                      auto addr = ss.local_address();
-                      auto serve = [&ss]() -> future<> {
-                          auto a = co_await ss.accept();
-                          auto in = a.connection.input();
-                          co_await drain(in);
-                      };
-                      auto server_done = serve();
-                      auto cfg = config_of({addr});
-                      cfg.request_timeout = std::chrono::milliseconds(200);
-                      kv::client c(cfg);
-                      std::string what;
-                      auto first = failure_of(c.get("a"), &what);
-                      auto second = failure_of(c.set("b", "v"));
-                      EXPECT_EQ(co_await std::move(first), "connection");
-                      EXPECT_EQ(co_await std::move(second), "connection") << "the request behind it too";
-                      EXPECT_NE(what.find("no reply within 200 ms"), std::string::npos) << what;
-                      co_await c.close();
-                      co_await std::move(server_done);
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                // A server that reads requests and never answers.
+                                auto ss = net::tcp::listen(net::socket_address::parse("127.0.0.1:0"));
+                                auto addr = ss.local_address();
+                                auto serve = [&ss]() -> future<> {
+                                    auto a = co_await ss.accept();
+                                    auto in = a.connection.input();
+                                    co_await drain(in);
+                                };
+                                auto server_done = serve();
+                                auto cfg = config_of({addr});
+                                cfg.request_timeout = std::chrono::milliseconds(200);
+                                kv::client c(cfg);
+                                std::string what;
+                                auto first = failure_of(c.get("a"), &what);
+                                auto second = failure_of(c.set("b", "v"));
+                                EXPECT_EQ(co_await std::move(first), "connection");
+                                EXPECT_EQ(co_await std::move(second), "connection")
+                                    << "the request behind it too";
+                                EXPECT_NE(what.find("no reply within 200 ms"), std::string::npos) << what;
+                                co_await c.close();
+                                co_await std::move(server_done);
+                            }),
               0);
 }

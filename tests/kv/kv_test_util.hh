@@ -1,22 +1,16 @@
 #pragma once
 
-// What the kv tests on loopback share: running a body on N shards and an in-process shoal-kv.
+// What the kv tests on loopback share: the shared runner (tests/support) and an in-process
+// shoal-kv.
 #include "core/coroutine.hh"
 #include "core/sharded.hh"
 #include "core/smp.hh"
 #include "kv/server/server.hh"
-
-#include <functional>
+#include "support/run.hh"
 
 namespace shoal::kv_test {
 
-/// Runs `body` on shard 0 of `smp` unpinned shards; 0 when it returned without an exception.
-inline int run(unsigned smp, std::function<future<>()> body) {
-    smp_options o;
-    o.smp = smp;
-    o.pin = false;
-    return run_shards(o, [body = std::move(body)]() -> future<int> { return body().then([] { return 0; }); });
-}
+using shoal::testing::run_in_shards;
 
 /// A running server of `shard_count()` shards on 127.0.0.1, port picked by the kernel.
 struct test_server {

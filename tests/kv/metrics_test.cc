@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 using shoal::testing::metric_values;
 
 TEST(kv_metrics, requests_move_their_counters_and_the_latency_histogram) {
-    int rc = kv_test::run(1, []() -> future<> {
+    int rc = shoal::testing::run_in_shards(1, []() -> future<> {
         kv_test::test_server ts;
         co_await ts.start();
         auto group = kv::publish_metrics(ts.servers.local());

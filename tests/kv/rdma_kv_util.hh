@@ -3,7 +3,6 @@
 // The KV-over-RDMA tests' fixture (guest tests): shoal-kv's TCP and RDMA front ends on every shard
 // of the test's engine over one store in registered memory, clients of it, and values that name
 // their key and version so that a wrong or torn value is recognised.
-#include "../rdma/peer_process.hh"
 #include "../rdma/rdma_test_util.hh"
 #include "kv/client/client.hh"
 #include "kv/client/internal/rdma_transport.hh"
@@ -240,7 +239,7 @@ inline child_process spawn_child(const std::string& mode, const net::socket_addr
     static unsigned n = 0;
     c.progress = fmt::format("/tmp/kv-child-{}-{}-{}", getpid(), mode, n++);
     ::unlink(c.progress.c_str());
-    c.pid = spawn_peer_process(mode + "," + c.progress, a.to_string());
+    c.pid = spawn_peer(mode + "," + c.progress, a.to_string());
     return c;
 }
 

@@ -23,7 +23,7 @@
 
 using namespace shoal;
 using namespace shoal::net;
-using shoal::kv_test::run;
+using shoal::kv_test::run_in_shards;
 using shoal::kv_test::test_server;
 
 namespace {
@@ -111,43 +111,44 @@ long rss_kb() {
 } // namespace
 
 TEST(kv_server, multi_get_across_shards) {
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      auto c = co_await client::connect(ts.addr);
-                      std::string sets, get = "get", expect;
-                      for (int i = 0; i < 100; ++i) {
-                          auto k = fmt::format("key{}", i);
-                          sets += set_req(k, fmt::format("value{}", i));
-                          get += " " + k;
-                          expect += fmt::format("VALUE {} 0 {}\r\nvalue{}\r\n", k,
-                                                fmt::format("value{}", i).size(), i);
-                      }
-                      std::string stored;
-                      for (int i = 0; i < 100; ++i) {
-                          stored += "STORED\r\n";
-                      }
-                      co_await c->send(sets);
-                      EXPECT_EQ(co_await c->lines(100), stored);
-                      EXPECT_EQ(co_await c->call(get + "\r\n", "END\r\n"), expect + "END\r\n")
-                          << "every key, in request order, whichever shard owns it";
-                      auto items0 = co_await ts.servers.invoke_on(
-                          0, [](kv::server& s) { return s.store().stats().curr_items; });
-                      auto items1 = co_await ts.servers.invoke_on(
-                          1, [](kv::server& s) { return s.store().stats().curr_items; });
-                      EXPECT_EQ(items0 + items1, 100u);
-                      EXPECT_GT(items0, 20u);
-                      EXPECT_GT(items1, 20u);
-                      co_await c->out.close();
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(2,
+                            []() -> future<> {
+                                test_server ts;
+                                co_await ts.start();
+                                auto c = co_await client::connect(ts.addr);
+                                std::string sets, get = "get", expect;
+                                for (int i = 0; i < 100; ++i) {
+                                    auto k = fmt::format("key{}", i);
+                                    sets += set_req(k, fmt::format("value{}", i));
+                                    get += " " + k;
+                                    expect += fmt::format("VALUE {} 0 {}\r\nvalue{}\r\n", k,
+                                                          fmt::format("value{}", i).size(), i);
+                                }
+                                std::string stored;
+                                for (int i = 0; i < 100; ++i) {
+                                    stored += "STORED\r\n";
+                                }
+                                co_await c->send(sets);
+                                EXPECT_EQ(co_await c->lines(100), stored);
+                                EXPECT_EQ(co_await c->call(get + "\r\n", "END\r\n"), expect + "END\r\n")
+                                    << "every key, in request order, whichever shard owns it";
+                                auto items0 = co_await ts.servers.invoke_on(
+                                    0, [](kv::server& s) { return s.store().stats().curr_items; });
+                                auto items1 = co_await ts.servers.invoke_on(
+                                    1, [](kv::server& s) { return s.store().stats().curr_items; });
+                                EXPECT_EQ(items0 + items1, 100u);
+                                EXPECT_GT(items0, 20u);
+                                EXPECT_GT(items1, 20u);
+                                co_await c->out.close();
+                                co_await ts.stop();
+                            }),
               0);
 }
 
 TEST(kv_server, cas_races_between_connections) {
     EXPECT_EQ(
-        run(2,
+        run_in_shards(
+            2,
             []() -> future<> {
                 test_server ts;
                 co_await ts.start();
@@ -186,94 +187,96 @@ TEST(kv_server, a_thousand_concurrent_connections) {
     if (lim.rlim_cur < 2200) {
         GTEST_SKIP() << "RLIMIT_NOFILE " << lim.rlim_cur << " is below the 2,200 this test needs";
     }
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      kv::server_config cfg;
-                      cfg.max_connections = 1100;
-                      co_await ts.start(cfg);
-                      constexpr int n = 1000;
-                      std::vector<std::unique_ptr<client>> conns;
-                      for (int i = 0; i < n; ++i) {
-                          conns.push_back(co_await client::connect(ts.addr));
-                      }
-                      // All open at once: each stores and reads back its own key.
-                      std::vector<future<>> work;
-                      for (int i = 0; i < n; ++i) {
-                          work.push_back([](client& c, int i) -> future<> {
-                              auto k = fmt::format("c{}", i);
-                              auto r = co_await c.call(set_req(k, k));
-                              if (r != "STORED\r\n") {
-                                  throw std::runtime_error("set: " + r);
-                              }
-                              r = co_await c.call("get " + k + "\r\n", "END\r\n");
-                              if (r != fmt::format("VALUE {} 0 {}\r\n{}\r\nEND\r\n", k, k.size(), k)) {
-                                  throw std::runtime_error("get: " + r);
-                              }
-                          }(*conns[size_t(i)], i));
-                      }
-                      co_await when_all_succeed(std::move(work));
-                      auto st = co_await conns[0]->call("stats\r\n", "END\r\n");
-                      EXPECT_NE(st.find("STAT curr_connections 1000\r\n"), std::string::npos);
-                      EXPECT_NE(st.find("STAT curr_items 1000\r\n"), std::string::npos);
-                      for (auto& c : conns) {
-                          co_await c->out.close();
-                      }
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(2,
+                            []() -> future<> {
+                                test_server ts;
+                                kv::server_config cfg;
+                                cfg.max_connections = 1100;
+                                co_await ts.start(cfg);
+                                constexpr int n = 1000;
+                                std::vector<std::unique_ptr<client>> conns;
+                                for (int i = 0; i < n; ++i) {
+                                    conns.push_back(co_await client::connect(ts.addr));
+                                }
+                                // All open at once: each stores and reads back its own key.
+                                std::vector<future<>> work;
+                                for (int i = 0; i < n; ++i) {
+                                    work.push_back([](client& c, int i) -> future<> {
+                                        auto k = fmt::format("c{}", i);
+                                        auto r = co_await c.call(set_req(k, k));
+                                        if (r != "STORED\r\n") {
+                                            throw std::runtime_error("set: " + r);
+                                        }
+                                        r = co_await c.call("get " + k + "\r\n", "END\r\n");
+                                        if (r !=
+                                            fmt::format("VALUE {} 0 {}\r\n{}\r\nEND\r\n", k, k.size(), k)) {
+                                            throw std::runtime_error("get: " + r);
+                                        }
+                                    }(*conns[size_t(i)], i));
+                                }
+                                co_await when_all_succeed(std::move(work));
+                                auto st = co_await conns[0]->call("stats\r\n", "END\r\n");
+                                EXPECT_NE(st.find("STAT curr_connections 1000\r\n"), std::string::npos);
+                                EXPECT_NE(st.find("STAT curr_items 1000\r\n"), std::string::npos);
+                                for (auto& c : conns) {
+                                    co_await c->out.close();
+                                }
+                                co_await ts.stop();
+                            }),
               0);
 }
 
 TEST(kv_server, connections_past_the_limit_get_memcacheds_error) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      kv::server_config cfg;
-                      cfg.max_connections = 2;
-                      co_await ts.start(cfg);
-                      auto a = co_await client::connect(ts.addr);
-                      auto b = co_await client::connect(ts.addr);
-                      EXPECT_EQ(co_await a->call("version\r\n"), "VERSION 1.6.18\r\n");
-                      EXPECT_EQ(co_await b->call("version\r\n"), "VERSION 1.6.18\r\n");
-                      auto c = co_await client::connect(ts.addr);
-                      EXPECT_EQ(co_await c->until("\r\n"), "ERROR Too many open connections\r\n");
-                      co_await a->out.close();
-                      co_await b->out.close();
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                test_server ts;
+                                kv::server_config cfg;
+                                cfg.max_connections = 2;
+                                co_await ts.start(cfg);
+                                auto a = co_await client::connect(ts.addr);
+                                auto b = co_await client::connect(ts.addr);
+                                EXPECT_EQ(co_await a->call("version\r\n"), "VERSION 1.6.18\r\n");
+                                EXPECT_EQ(co_await b->call("version\r\n"), "VERSION 1.6.18\r\n");
+                                auto c = co_await client::connect(ts.addr);
+                                EXPECT_EQ(co_await c->until("\r\n"), "ERROR Too many open connections\r\n");
+                                co_await a->out.close();
+                                co_await b->out.close();
+                                co_await ts.stop();
+                            }),
               0);
 }
 
 TEST(kv_server, client_killed_mid_value) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      auto c = co_await client::connect(ts.addr);
-                      EXPECT_EQ(co_await c->call(set_req("k", "old")), "STORED\r\n");
-                      {
-                          auto s = co_await tcp::connect(ts.addr);
-                          auto out = s.output();
-                          co_await out.write("set k 0 0 100\r\n" + std::string(50, 'x'));
-                          co_await out.flush();
-                          co_await sleep(std::chrono::milliseconds(50));
-                          s.abort(); // gone, half a value sent
-                      }
-                      // The half value is dropped; the old one stays; the server serves on.
-                      auto deadline = steady_clock_type::now() + std::chrono::seconds(60);
-                      std::string st;
-                      do {
-                          co_await sleep(std::chrono::milliseconds(10));
-                          st = co_await c->call("stats\r\n", "END\r\n");
-                      } while (st.find("STAT curr_connections 1\r\n") == std::string::npos &&
-                               steady_clock_type::now() < deadline);
-                      EXPECT_NE(st.find("STAT curr_connections 1\r\n"), std::string::npos)
-                          << "the killed connection is gone";
-                      EXPECT_EQ(co_await c->call("get k\r\n", "END\r\n"), "VALUE k 0 3\r\nold\r\nEND\r\n");
-                      EXPECT_EQ(co_await c->call(set_req("k", "new")), "STORED\r\n");
-                      co_await c->out.close();
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                test_server ts;
+                                co_await ts.start();
+                                auto c = co_await client::connect(ts.addr);
+                                EXPECT_EQ(co_await c->call(set_req("k", "old")), "STORED\r\n");
+                                {
+                                    auto s = co_await tcp::connect(ts.addr);
+                                    auto out = s.output();
+                                    co_await out.write("set k 0 0 100\r\n" + std::string(50, 'x'));
+                                    co_await out.flush();
+                                    co_await sleep(std::chrono::milliseconds(50));
+                                    s.abort(); // gone, half a value sent
+                                }
+                                // The half value is dropped; the old one stays; the server serves on.
+                                auto deadline = steady_clock_type::now() + std::chrono::seconds(60);
+                                std::string st;
+                                do {
+                                    co_await sleep(std::chrono::milliseconds(10));
+                                    st = co_await c->call("stats\r\n", "END\r\n");
+                                } while (st.find("STAT curr_connections 1\r\n") == std::string::npos &&
+                                         steady_clock_type::now() < deadline);
+                                EXPECT_NE(st.find("STAT curr_connections 1\r\n"), std::string::npos)
+                                    << "the killed connection is gone";
+                                EXPECT_EQ(co_await c->call("get k\r\n", "END\r\n"),
+                                          "VALUE k 0 3\r\nold\r\nEND\r\n");
+                                EXPECT_EQ(co_await c->call(set_req("k", "new")), "STORED\r\n");
+                                co_await c->out.close();
+                                co_await ts.stop();
+                            }),
               0);
 }
 
@@ -292,93 +295,97 @@ future<std::unique_ptr<client>> flood_without_reading(test_server& ts) {
 }
 
 TEST(kv_server, a_client_that_does_not_read_is_throttled) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      long before = rss_kb();
-                      auto c = co_await flood_without_reading(ts);
-                      co_await sleep(std::chrono::milliseconds(500));
-                      EXPECT_LT(rss_kb() - before, 40 * 1024)
-                          << "the server stopped reading instead of buffering replies";
-                      auto sent = co_await ts.servers.invoke_on(
-                          0, [](kv::server& s) { return s.conn_stats().bytes_written; });
-                      EXPECT_LT(sent, uint64_t(40) << 20);
-                      // Nothing was lost: every reply arrives once the client reads.
-                      size_t expect =
-                          400 * (std::string("VALUE big 0 262144\r\n\r\nEND\r\n").size() + 256 * 1024);
-                      size_t got = 0;
-                      while (got < expect) {
-                          auto b = co_await c->in.read();
-                          if (b.empty()) {
-                              break;
-                          }
-                          got += b.size();
-                      }
-                      EXPECT_EQ(got, expect);
-                      EXPECT_EQ(co_await c->call("version\r\n"), "VERSION 1.6.18\r\n");
-                      co_await c->out.close();
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(1,
+                            []() -> future<> {
+                                test_server ts;
+                                co_await ts.start();
+                                long before = rss_kb();
+                                auto c = co_await flood_without_reading(ts);
+                                co_await sleep(std::chrono::milliseconds(500));
+                                EXPECT_LT(rss_kb() - before, 40 * 1024)
+                                    << "the server stopped reading instead of buffering replies";
+                                auto sent = co_await ts.servers.invoke_on(
+                                    0, [](kv::server& s) { return s.conn_stats().bytes_written; });
+                                EXPECT_LT(sent, uint64_t(40) << 20);
+                                // Nothing was lost: every reply arrives once the client reads.
+                                size_t expect =
+                                    400 *
+                                    (std::string("VALUE big 0 262144\r\n\r\nEND\r\n").size() + 256 * 1024);
+                                size_t got = 0;
+                                while (got < expect) {
+                                    auto b = co_await c->in.read();
+                                    if (b.empty()) {
+                                        break;
+                                    }
+                                    got += b.size();
+                                }
+                                EXPECT_EQ(got, expect);
+                                EXPECT_EQ(co_await c->call("version\r\n"), "VERSION 1.6.18\r\n");
+                                co_await c->out.close();
+                                co_await ts.stop();
+                            }),
               0);
 }
 
 TEST(kv_server, stop_aborts_a_client_that_does_not_read) {
-    EXPECT_EQ(run(1,
-                  []() -> future<> {
-                      test_server ts;
-                      kv::server_config cfg;
-                      cfg.drain_timeout = std::chrono::milliseconds(200);
-                      co_await ts.start(cfg);
-                      auto c = co_await flood_without_reading(ts);
-                      co_await sleep(std::chrono::milliseconds(200));
-                      co_await ts.stop(); // resolves: the drain deadline aborts the client (a hang fails)
-                  }),
-              0);
+    EXPECT_EQ(
+        run_in_shards(1,
+                      []() -> future<> {
+                          test_server ts;
+                          kv::server_config cfg;
+                          cfg.drain_timeout = std::chrono::milliseconds(200);
+                          co_await ts.start(cfg);
+                          auto c = co_await flood_without_reading(ts);
+                          co_await sleep(std::chrono::milliseconds(200));
+                          co_await ts.stop(); // resolves: the drain deadline aborts the client (a hang fails)
+                      }),
+        0);
 }
 
 TEST(kv_server, expiry_follows_the_clock_the_test_sets) {
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      kv::server_config cfg;
-                      cfg.tick_clock = false;
-                      co_await ts.start(cfg);
-                      auto c = co_await client::connect(ts.addr);
-                      uint32_t now =
-                          co_await ts.servers.invoke_on(0, [](kv::server& s) { return s.store().now(); });
-                      auto set_all = [&](uint32_t t) {
-                          return ts.servers.invoke_on_all([t](kv::server& s) { s.store().set_time(t); });
-                      };
-                      co_await set_all(now);
-                      std::string sets;
-                      for (int i = 0; i < 20; ++i) {
-                          sets += fmt::format("set e{} 0 100 1\r\nx\r\n", i);
-                      }
-                      co_await c->send(sets);
-                      std::string stored;
-                      for (int i = 0; i < 20; ++i) {
-                          stored += "STORED\r\n";
-                      }
-                      EXPECT_EQ(co_await c->lines(20), stored);
-                      std::string get = "get";
-                      for (int i = 0; i < 20; ++i) {
-                          get += fmt::format(" e{}", i);
-                      }
-                      get += "\r\n";
-                      co_await set_all(now + 99);
-                      auto r = co_await c->call(get, "END\r\n");
-                      EXPECT_EQ(std::count(r.begin(), r.end(), 'V'), 20) << r;
-                      co_await set_all(now + 100);
-                      EXPECT_EQ(co_await c->call(get, "END\r\n"), "END\r\n");
-                      co_await c->out.close();
-                      co_await ts.stop();
-                  }),
-              0);
+    EXPECT_EQ(
+        run_in_shards(2,
+                      []() -> future<> {
+                          test_server ts;
+                          kv::server_config cfg;
+                          cfg.tick_clock = false;
+                          co_await ts.start(cfg);
+                          auto c = co_await client::connect(ts.addr);
+                          uint32_t now =
+                              co_await ts.servers.invoke_on(0, [](kv::server& s) { return s.store().now(); });
+                          auto set_all = [&](uint32_t t) {
+                              return ts.servers.invoke_on_all([t](kv::server& s) { s.store().set_time(t); });
+                          };
+                          co_await set_all(now);
+                          std::string sets;
+                          for (int i = 0; i < 20; ++i) {
+                              sets += fmt::format("set e{} 0 100 1\r\nx\r\n", i);
+                          }
+                          co_await c->send(sets);
+                          std::string stored;
+                          for (int i = 0; i < 20; ++i) {
+                              stored += "STORED\r\n";
+                          }
+                          EXPECT_EQ(co_await c->lines(20), stored);
+                          std::string get = "get";
+                          for (int i = 0; i < 20; ++i) {
+                              get += fmt::format(" e{}", i);
+                          }
+                          get += "\r\n";
+                          co_await set_all(now + 99);
+                          auto r = co_await c->call(get, "END\r\n");
+                          EXPECT_EQ(std::count(r.begin(), r.end(), 'V'), 20) << r;
+                          co_await set_all(now + 100);
+                          EXPECT_EQ(co_await c->call(get, "END\r\n"), "END\r\n");
+                          co_await c->out.close();
+                          co_await ts.stop();
+                      }),
+        0);
 }
 
 TEST(kv_server, eviction_under_a_small_memory_limit) {
-    EXPECT_EQ(run(1,
+    EXPECT_EQ(run_in_shards(
+                  1,
                   []() -> future<> {
                       test_server ts;
                       kv::server_config cfg;
@@ -423,75 +430,76 @@ future<size_t> refs_held(test_server& ts) {
 } // namespace
 
 TEST(kv_server, large_values_are_sent_from_item_memory_that_stays_intact) {
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      co_await ts.start();
-                      auto writer = co_await client::connect(ts.addr);
-                      auto reader = co_await client::connect(ts.addr);
-                      constexpr int n = 12;
-                      constexpr size_t len = 900 * 1024;
-                      auto value_of = [](int i, char base) {
-                          std::string v(len, char(base + i));
-                          for (size_t p = 0; p < len; p += 4096) {
-                              v[p] = char('0' + (p / 4096) % 10); // so that a shifted copy is caught too
+    EXPECT_EQ(
+        run_in_shards(2,
+                      []() -> future<> {
+                          test_server ts;
+                          co_await ts.start();
+                          auto writer = co_await client::connect(ts.addr);
+                          auto reader = co_await client::connect(ts.addr);
+                          constexpr int n = 12;
+                          constexpr size_t len = 900 * 1024;
+                          auto value_of = [](int i, char base) {
+                              std::string v(len, char(base + i));
+                              for (size_t p = 0; p < len; p += 4096) {
+                                  v[p] = char('0' + (p / 4096) % 10); // so that a shifted copy is caught too
+                              }
+                              return v;
+                          };
+                          std::string get = "get";
+                          for (int i = 0; i < n; ++i) {
+                              co_await writer->send(set_req(fmt::format("big{}", i), value_of(i, 'a')));
+                              EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                              get += fmt::format(" big{}", i);
                           }
-                          return v;
-                      };
-                      std::string get = "get";
-                      for (int i = 0; i < n; ++i) {
-                          co_await writer->send(set_req(fmt::format("big{}", i), value_of(i, 'a')));
-                          EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
-                          get += fmt::format(" big{}", i);
-                      }
-                      // 10.8 MB of replies to a client that does not read yet: the socket takes a
-                      // part, the rest waits in item memory, referenced.
-                      co_await reader->send(get + "\r\n");
-                      size_t held = 0;
-                      for (int i = 0; i < 2000 && held == 0; ++i) {
-                          co_await sleep(std::chrono::milliseconds(1));
-                          held = co_await refs_held(ts);
-                      }
-                      EXPECT_GT(held, 0u) << "values are sent from item memory, not copied";
-                      // Delete half, overwrite the other half, and write as much again so that freed
-                      // chunks would be reused at once if a held one were among them.
-                      for (int i = 0; i < n; ++i) {
-                          auto k = fmt::format("big{}", i);
-                          if (i % 2) {
-                              co_await writer->send(fmt::format("delete {}\r\n", k));
-                              EXPECT_EQ(co_await writer->until("\r\n"), "DELETED\r\n");
-                          } else {
-                              co_await writer->send(set_req(k, value_of(i, 'A')));
+                          // 10.8 MB of replies to a client that does not read yet: the socket takes a
+                          // part, the rest waits in item memory, referenced.
+                          co_await reader->send(get + "\r\n");
+                          size_t held = 0;
+                          for (int i = 0; i < 2000 && held == 0; ++i) {
+                              co_await sleep(std::chrono::milliseconds(1));
+                              held = co_await refs_held(ts);
+                          }
+                          EXPECT_GT(held, 0u) << "values are sent from item memory, not copied";
+                          // Delete half, overwrite the other half, and write as much again so that freed
+                          // chunks would be reused at once if a held one were among them.
+                          for (int i = 0; i < n; ++i) {
+                              auto k = fmt::format("big{}", i);
+                              if (i % 2) {
+                                  co_await writer->send(fmt::format("delete {}\r\n", k));
+                                  EXPECT_EQ(co_await writer->until("\r\n"), "DELETED\r\n");
+                              } else {
+                                  co_await writer->send(set_req(k, value_of(i, 'A')));
+                                  EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
+                              }
+                              co_await writer->send(set_req(fmt::format("other{}", i), value_of(i, 'n')));
                               EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
                           }
-                          co_await writer->send(set_req(fmt::format("other{}", i), value_of(i, 'n')));
-                          EXPECT_EQ(co_await writer->until("\r\n"), "STORED\r\n");
-                      }
-                      std::string expect;
-                      for (int i = 0; i < n; ++i) {
-                          expect += fmt::format("VALUE big{} 0 {}\r\n{}\r\n", i, len, value_of(i, 'a'));
-                      }
-                      expect += "END\r\n";
-                      std::string got = co_await reader->until("END\r\n");
-                      EXPECT_EQ(got.size(), expect.size());
-                      EXPECT_TRUE(got == expect)
-                          << "the reply carries the values as they were when asked for";
-                      size_t left = 1;
-                      for (int i = 0; i < 2000 && left; ++i) {
-                          left = co_await refs_held(ts);
-                          if (left) {
-                              co_await sleep(std::chrono::milliseconds(1));
+                          std::string expect;
+                          for (int i = 0; i < n; ++i) {
+                              expect += fmt::format("VALUE big{} 0 {}\r\n{}\r\n", i, len, value_of(i, 'a'));
                           }
-                      }
-                      EXPECT_EQ(left, 0u) << "every reference is dropped once the reply is sent";
-                      co_await reader->send("get big0\r\n");
-                      EXPECT_EQ(co_await reader->until("END\r\n"),
-                                fmt::format("VALUE big0 0 {}\r\n{}\r\nEND\r\n", len, value_of(0, 'A')));
-                      co_await writer->out.close();
-                      co_await reader->out.close();
-                      co_await ts.stop();
-                  }),
-              0);
+                          expect += "END\r\n";
+                          std::string got = co_await reader->until("END\r\n");
+                          EXPECT_EQ(got.size(), expect.size());
+                          EXPECT_TRUE(got == expect)
+                              << "the reply carries the values as they were when asked for";
+                          size_t left = 1;
+                          for (int i = 0; i < 2000 && left; ++i) {
+                              left = co_await refs_held(ts);
+                              if (left) {
+                                  co_await sleep(std::chrono::milliseconds(1));
+                              }
+                          }
+                          EXPECT_EQ(left, 0u) << "every reference is dropped once the reply is sent";
+                          co_await reader->send("get big0\r\n");
+                          EXPECT_EQ(co_await reader->until("END\r\n"),
+                                    fmt::format("VALUE big0 0 {}\r\n{}\r\nEND\r\n", len, value_of(0, 'A')));
+                          co_await writer->out.close();
+                          co_await reader->out.close();
+                          co_await ts.stop();
+                      }),
+        0);
 }
 
 namespace {
@@ -522,7 +530,8 @@ future<long long> wait_for_stat(client& c, std::string_view name, long long want
 
 TEST(kv_server, stalled_large_values_land_in_the_store_and_never_starve_other_clients) {
     EXPECT_EQ(
-        run(2,
+        run_in_shards(
+            2,
             []() -> future<> {
                 test_server ts;
                 kv::server_config cfg;
@@ -597,7 +606,8 @@ TEST(kv_server, stalled_large_values_land_in_the_store_and_never_starve_other_cl
 }
 
 TEST(kv_server, a_value_split_over_many_reads_lands_whole_and_a_bad_end_is_refused) {
-    EXPECT_EQ(run(2,
+    EXPECT_EQ(run_in_shards(
+                  2,
                   []() -> future<> {
                       test_server ts;
                       co_await ts.start();
@@ -633,35 +643,35 @@ TEST(kv_server, a_value_split_over_many_reads_lands_whole_and_a_bad_end_is_refus
 }
 
 TEST(kv_server, an_idle_timeout_closes_silent_connections_only) {
-    EXPECT_EQ(run(2,
-                  []() -> future<> {
-                      test_server ts;
-                      kv::server_config cfg;
-                      cfg.idle_timeout = std::chrono::seconds(2);
-                      co_await ts.start(cfg);
-                      auto silent = co_await client::connect(ts.addr);
-                      auto half = co_await client::connect(ts.addr);
-                      co_await half->send("set k 0 0 100000\r\nabc"); // then nothing
-                      auto busy = co_await client::connect(ts.addr);
-                      // The busy client keeps talking past the timeout and is never cut.
-                      for (int i = 0; i < 60; ++i) {
-                          EXPECT_EQ(co_await busy->call("version\r\n"), "VERSION 1.6.18\r\n");
-                          co_await sleep(std::chrono::milliseconds(50));
-                      }
-                      // Both silent ones are closed (a read sees the end of the stream).
-                      for (auto* c : {silent.get(), half.get()}) {
-                          try {
-                              while (!(co_await c->in.read()).empty()) {
-                              }
-                          } catch (...) {
-                              // A reset is a close too.
-                          }
-                      }
-                      EXPECT_EQ(co_await wait_for_stat(*busy, "idle_kicks", 2), 2);
-                      EXPECT_EQ(co_await wait_for_stat(*busy, "incomplete_value_bytes", 0), 0);
-                      EXPECT_EQ(co_await wait_for_stat(*busy, "curr_connections", 1), 1);
-                      co_await busy->out.close();
-                      co_await ts.stop();
-                  }),
+    EXPECT_EQ(run_in_shards(2,
+                            []() -> future<> {
+                                test_server ts;
+                                kv::server_config cfg;
+                                cfg.idle_timeout = std::chrono::seconds(2);
+                                co_await ts.start(cfg);
+                                auto silent = co_await client::connect(ts.addr);
+                                auto half = co_await client::connect(ts.addr);
+                                co_await half->send("set k 0 0 100000\r\nabc"); // then nothing
+                                auto busy = co_await client::connect(ts.addr);
+                                // The busy client keeps talking past the timeout and is never cut.
+                                for (int i = 0; i < 60; ++i) {
+                                    EXPECT_EQ(co_await busy->call("version\r\n"), "VERSION 1.6.18\r\n");
+                                    co_await sleep(std::chrono::milliseconds(50));
+                                }
+                                // Both silent ones are closed (a read sees the end of the stream).
+                                for (auto* c : {silent.get(), half.get()}) {
+                                    try {
+                                        while (!(co_await c->in.read()).empty()) {
+                                        }
+                                    } catch (...) {
+                                        // A reset is a close too.
+                                    }
+                                }
+                                EXPECT_EQ(co_await wait_for_stat(*busy, "idle_kicks", 2), 2);
+                                EXPECT_EQ(co_await wait_for_stat(*busy, "incomplete_value_bytes", 0), 0);
+                                EXPECT_EQ(co_await wait_for_stat(*busy, "curr_connections", 1), 1);
+                                co_await busy->out.close();
+                                co_await ts.stop();
+                            }),
               0);
 }

@@ -25,16 +25,13 @@ using shoal::testing::metric_values;
 } // namespace
 
 TEST(rdma_metrics, absent_until_rdma_starts) {
-    smp_options so;
-    so.smp = 1;
-    so.pin = false;
-    int rc = run_shards(so, []() -> future<int> {
+    int rc = shoal::testing::run_in_shard([]() -> future<> {
         auto group = rdma::publish_metrics();
         EXPECT_GT(group.size(), 20u);
         for (const auto& [name, v] : metric_values()) {
             EXPECT_FALSE(name.starts_with("shoal_rdma_")) << name << " without RDMA";
         }
-        co_return 0;
+        co_return;
     });
     EXPECT_EQ(rc, 0);
 }

@@ -6,6 +6,7 @@
 #include "net/rdma/context.hh"
 #include "net/rdma/device.hh"
 #include "net/rdma/error.hh"
+#include "support/run.hh"
 
 #include <gtest/gtest.h>
 
@@ -43,11 +44,8 @@ TEST(no_device, start_fails_and_the_engine_keeps_running) {
     if (host_has_rdma()) {
         GTEST_SKIP() << "this host has an RDMA device";
     }
-    smp_options o;
-    o.smp = 2;
-    o.pin = false;
     std::string message;
-    int rc = run_shards(o, [&]() -> future<int> {
+    int rc = shoal::testing::run_in_shards(2, [&]() -> future<> {
         try {
             co_await rdma::start();
         } catch (const rdma::device_error& e) {
@@ -58,7 +56,6 @@ TEST(no_device, start_fails_and_the_engine_keeps_running) {
         int v = co_await submit_to(1, [] { return rdma::started() ? -1 : 7; });
         EXPECT_EQ(v, 7);
         EXPECT_THROW(rdma::shard_context::local(), rdma::rdma_error);
-        co_return 0;
     });
     EXPECT_EQ(rc, 0);
     EXPECT_NE(message.find("no RDMA device"), std::string::npos) << message;

@@ -9,6 +9,10 @@
 #include "core/smp.hh"
 #include "net/rdma/rdma.hh"
 #include "softroce/rdma_test_env.hh"
+#include "support/patience.hh"
+#include "support/peer_process.hh"
+#include "support/run.hh"
+#include "support/stream_pattern.hh"
 
 #include <atomic>
 #include <cstdint>
@@ -30,11 +34,8 @@ inline constexpr bool sanitized_build = true;
 inline constexpr bool sanitized_build = false;
 #endif
 
-/// How long a test waits for something that is not its subject (a connection set up, a state
-/// polled for, a peer's reply): generous enough for the sanitizer build in the emulated guest on
-/// a busy 2-core host, where work takes tens of times longer than in the release build natively.
-/// A wait that reaches it is a failure (a hang), never a measurement.
-inline constexpr std::chrono::milliseconds patience = 90s;
+using shoal::testing::eventually;
+using shoal::testing::patience;
 
 /// The RDMA environment (SHOAL_RDMA_*); fails the test when it is not usable.
 inline const shoal::testing::rdma_test_env& env() {
@@ -67,8 +68,9 @@ inline net::socket_address addr(uint16_t port) {
     return net::socket_address::from_host_port(env().ip, port);
 }
 
-/// Runs `body` on shard 0 of `smp` unpinned shards with RDMA started with `o`; returns 0 when it
-/// succeeded (a failure is added to the test). RDMA is stopped in any case.
+/// `shoal::testing::run_in_shards` with RDMA started with `o` around `body` on shard 0; returns 0
+/// when the body succeeded (a failure, or a dropped failed future, is added to the test). RDMA is
+/// stopped in any case.
 inline int run_rdma(unsigned smp, std::function<future<>()> body, rdma::options o = test_options(),
                     reactor_config cfg = {}) {
     if (!env().error.empty()) {
@@ -78,47 +80,32 @@ inline int run_rdma(unsigned smp, std::function<future<>()> body, rdma::options 
     if (const char* levels = std::getenv("SHOAL_TEST_LOG")) {
         logging::apply_levels(levels); // e.g. SHOAL_TEST_LOG=rdma=debug,rdma-cm=debug
     }
-    smp_options so;
-    so.smp = smp;
-    so.pin = false;
-    so.reactor = cfg;
-    return run_shards(so, [&]() -> future<int> {
-        co_await rdma::start(o);
-        std::exception_ptr failed;
-        try {
-            co_await body();
-        } catch (...) {
-            failed = std::current_exception();
-        }
-        co_await rdma::stop();
-        if (failed) {
-            ADD_FAILURE() << "test body failed: " << fmt::format("{}", failed);
-            co_return 1;
-        }
-        co_return 0;
-    });
+    return shoal::testing::run_in_shards(
+        smp,
+        [&]() -> future<> {
+            co_await rdma::start(o);
+            std::exception_ptr failed;
+            try {
+                co_await body();
+            } catch (...) {
+                failed = std::current_exception();
+            }
+            co_await rdma::stop();
+            if (failed) {
+                std::rethrow_exception(failed);
+            }
+        },
+        cfg);
 }
 
-/// Byte `i` of a test pattern.
-inline char pattern_byte(size_t i, unsigned seed) {
-    return char((i * 131 + seed * 7 + (i >> 13)) & 0xff);
-}
-
-inline void fill_pattern(char* p, size_t n, unsigned seed, size_t from = 0) {
-    for (size_t i = 0; i < n; ++i) {
-        p[i] = pattern_byte(from + i, seed);
-    }
-}
-
-/// Index of the first byte that differs from the pattern, or SIZE_MAX.
-inline size_t check_pattern(const char* p, size_t n, unsigned seed, size_t from = 0) {
-    for (size_t i = 0; i < n; ++i) {
-        if (p[i] != pattern_byte(from + i, seed)) {
-            return i;
-        }
-    }
-    return SIZE_MAX;
-}
+using shoal::testing::check_pattern;
+using shoal::testing::fill_pattern;
+using shoal::testing::pattern_byte;
+using shoal::testing::read_pattern;
+using shoal::testing::reap;
+using shoal::testing::spawn_peer;
+using shoal::testing::test_or_peer_main;
+using shoal::testing::write_pattern;
 
 /// Echoes every read back (write, flush) until the peer ends its side, then closes.
 inline future<> echo_stream(net::connected_socket s) {
@@ -133,51 +120,6 @@ inline future<> echo_stream(net::connected_socket s) {
         co_await out.flush();
     }
     co_await out.close();
-}
-
-/// Writes `size` pattern bytes in writes of `chunk`, then flushes.
-inline future<> write_pattern(net::output_stream& out, size_t size, unsigned seed, size_t chunk) {
-    std::string block(std::min(size, chunk), '\0');
-    for (size_t off = 0; off < size; off += chunk) {
-        size_t n = std::min(chunk, size - off);
-        fill_pattern(block.data(), n, seed, off);
-        co_await out.write(block.data(), n);
-    }
-    co_await out.flush();
-}
-
-/// Reads `size` bytes and checks the pattern; returns the offset of the first bad byte or
-/// SIZE_MAX (and `size + 1` when the stream ended early).
-inline future<size_t> read_pattern(net::input_stream& in, size_t size, unsigned seed) {
-    size_t got = 0;
-    size_t bad = SIZE_MAX;
-    while (got < size) {
-        net::temporary_buffer b = co_await in.read_up_to(size - got);
-        if (b.empty()) {
-            co_return size + 1;
-        }
-        if (bad == SIZE_MAX) {
-            size_t i = check_pattern(b.get(), b.size(), seed, got);
-            if (i != SIZE_MAX) {
-                bad = got + i;
-            }
-        }
-        got += b.size();
-    }
-    co_return bad;
-}
-
-/// Polls `cond` every millisecond until it holds or `timeout` passes; returns whether it held.
-template <typename Cond>
-future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = patience) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!cond()) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            co_return false;
-        }
-        co_await sleep(1ms);
-    }
-    co_return true;
 }
 
 /// Pool buffers of the calling shard held by anything but the SRQs' posted receives.

@@ -2,7 +2,6 @@
 // one-sided group while the control connection carries only messages, release revoking a
 // region, quota / watermark / bad-request refusals that leave the client usable, and every
 // region of a client reclaimed when it disconnects or its process is killed.
-#include "peer_process.hh"
 #include "rdma_test_util.hh"
 #include "net/rdma/services/peer.hh"
 #include "net/rdma/services/remote_pool.hh"
@@ -221,7 +220,7 @@ TEST(remote_pool, killed_lease_holder_is_reclaimed) {
         pool_service ps(a, {});
         const auto baseline = ps.stats();
         EXPECT_TRUE(at_baseline(baseline));
-        pid_t pid = spawn_peer_process("holder", a.to_string());
+        pid_t pid = spawn_peer("holder", a.to_string());
         // The holder leases three regions and writes into them, then waits to be killed.
         bool holding =
             co_await eventually([&] { return ps.stats().regions == 3 && ps.stats().data_connections == 2; });

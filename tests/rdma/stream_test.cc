@@ -11,11 +11,8 @@
 #include <cstring>
 #include <string_view>
 
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 using namespace shoal;
 using namespace shoal::rdma_test;
@@ -85,24 +82,6 @@ future<> stop_echo_server() {
     co_await srv.running->close();
     srv.sock.reset();
     srv.running = std::make_unique<gate>();
-}
-
-pid_t spawn_peer(const std::string& mode, const std::string& address) {
-    std::string self = "/proc/self/exe";
-    std::string arg = "--peer=" + mode;
-    char* argv[] = {self.data(), arg.data(), const_cast<char*>(address.c_str()), nullptr};
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, environ);
-    if (rc != 0) {
-        throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-    }
-    return pid;
-}
-
-int reap(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return status;
 }
 
 } // namespace
@@ -1047,9 +1026,5 @@ int peer_main(const std::string& mode, const std::string& address) {
 } // namespace
 
 int main(int argc, char** argv) {
-    if (argc >= 3 && std::string_view(argv[1]).starts_with("--peer=")) {
-        return peer_main(std::string(argv[1] + 7), argv[2]);
-    }
-    ::testing::InitGoogleTest(&argc, argv);
-    return RUN_ALL_TESTS();
+    return test_or_peer_main(argc, argv, peer_main);
 }

@@ -6,7 +6,7 @@
 #include "rpc_suite.hh"
 
 #include "../core/metric_values.hh"
-#include "../core/run_in_shards.hh"
+#include "support/run.hh"
 
 #include <string>
 

@@ -13,6 +13,7 @@
 #include "rpc/client.hh"
 #include "rpc/client_pool.hh"
 #include "rpc/server.hh"
+#include "support/patience.hh"
 
 #include <gtest/gtest.h>
 
@@ -37,23 +38,8 @@ struct rpc_env {
     std::function<net::socket_address()> next_address;
 };
 
-/// How long a case waits for what is not its subject (a state polled for, a reconnection, a
-/// drain): generous for the sanitizer build in the emulated guest on a busy host. Reaching it
-/// fails the case; nothing asserts that anything took less.
-inline constexpr std::chrono::milliseconds patience = 90s;
-
-/// Polls `cond` every millisecond until it holds or `timeout` passes; returns whether it held.
-template <typename Cond>
-future<bool> eventually(Cond cond, std::chrono::milliseconds timeout = patience) {
-    auto deadline = steady_clock_type::now() + timeout;
-    while (!cond()) {
-        if (steady_clock_type::now() > deadline) {
-            co_return false;
-        }
-        co_await sleep(1ms);
-    }
-    co_return true;
-}
+using shoal::testing::eventually;
+using shoal::testing::patience;
 
 // ---- handlers --------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 #include "rpc_suite.hh"
 
-#include "../core/run_in_shards.hh"
+#include "support/patience.hh"
+#include "support/run.hh"
 
 #include <gtest/gtest.h>
 

@@ -18,7 +18,7 @@ using namespace shoal;
 using namespace shoal::net;
 using namespace std::chrono_literals;
 using shoal::tcp_test::open_fds;
-using shoal::tcp_test::run;
+using shoal::tcp_test::run_in_shards;
 
 namespace {
 
@@ -80,7 +80,7 @@ future<size_t> settle_fds(size_t fds) {
 } // namespace
 
 TEST(TcpAbort, AcceptFailsAtOnceAndTheListenerStaysUsable) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
         auto addr = ss.local_address();
         for (int round = 0; round < 3; ++round) {
@@ -105,7 +105,7 @@ TEST(TcpAbort, AcceptFailsAtOnceAndTheListenerStaysUsable) {
 }
 
 TEST(TcpAbort, AcceptWithAnAbortedSourceFailsWithoutTakingAConnection) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
         auto client = co_await tcp::connect(ss.local_address());
         abort_source as;
@@ -126,7 +126,7 @@ TEST(TcpAbort, AcceptWithAnAbortedSourceFailsWithoutTakingAConnection) {
 TEST(TcpAbort, ConnectFailsAtOnceAndClosesItsSocket) {
     // A listener that never accepts, backlog 1: once its queue is full the kernel drops SYNs,
     // so a connect stays pending until it is aborted (as in TcpErrors.ConnectTimeout).
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         listen_options lo;
         lo.backlog = 1;
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"), lo);
@@ -161,7 +161,7 @@ TEST(TcpAbort, ConnectFailsAtOnceAndClosesItsSocket) {
 }
 
 TEST(TcpAbort, ReadFailsAtOnceAndTheConnectionKeepsItsBytes) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto conn = co_await connect_loopback();
         auto& in = conn.in;
         auto& out = conn.out;
@@ -206,7 +206,7 @@ TEST(TcpAbort, ReadFailsAtOnceAndTheConnectionKeepsItsBytes) {
 TEST(TcpAbort, DestroyingTheSourceAfterTheReadFinishedIsHarmless) {
     // The subscription ends with the read: a source aborted (or destroyed) afterwards touches
     // nothing.
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto conn = co_await connect_loopback();
         auto& in = conn.in;
         auto& out = conn.out;
@@ -229,7 +229,7 @@ TEST(TcpAbort, DestroyingTheSourceAfterTheReadFinishedIsHarmless) {
 }
 
 TEST(TcpAbort, ReadExactlyAndReadUpToAbortedPartWayLoseNoBytes) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto conn = co_await connect_loopback();
         auto& in = conn.in;
         auto& out = conn.out;
@@ -263,7 +263,7 @@ TEST(TcpAbort, ReadExactlyAndReadUpToAbortedPartWayLoseNoBytes) {
 }
 
 TEST(TcpAbort, TheTransportConnectIsAbortable) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         net::transport t = net::make_transport("tcp");
         auto ss = t.listen(socket_address::parse("127.0.0.1:0"), {});
         auto addr = ss.local_address();

@@ -102,9 +102,10 @@ future<> many_connections_tiny_ring(bool slow) {
     co_await std::move(served);
     EXPECT_EQ(ok, n);
     auto after = tcp::shard_stats();
-    testing::Test::RecordProperty("buffer_shortages", int(after.buffer_shortages - before.buffer_shortages));
-    testing::Test::RecordProperty("recv_paused", int(after.recv_paused - before.recv_paused));
-    testing::Test::RecordProperty("copied_buffers", int(after.copied_buffers - before.copied_buffers));
+    ::testing::Test::RecordProperty("buffer_shortages",
+                                    int(after.buffer_shortages - before.buffer_shortages));
+    ::testing::Test::RecordProperty("recv_paused", int(after.recv_paused - before.recv_paused));
+    ::testing::Test::RecordProperty("copied_buffers", int(after.copied_buffers - before.copied_buffers));
 }
 
 /// On shard 1: receives "hello" into shard 1's ring and returns the buffer (zero copy).
@@ -134,7 +135,7 @@ future<> buffer_goes_home() {
 } // namespace
 
 TEST(TcpBufferRing, BufferDroppedOnAnotherShardGoesHome) {
-    EXPECT_EQ(run(buffer_goes_home, 2), 0);
+    EXPECT_EQ(run_in_shards(2, buffer_goes_home), 0);
 }
 
 TEST(TcpBufferRing, ReaderHoldingBuffersGetsCopiesOnceTheRingRunsLow) {
@@ -143,7 +144,7 @@ TEST(TcpBufferRing, ReaderHoldingBuffersGetsCopiesOnceTheRingRunsLow) {
     c.recv_buffer_size = 4096;
     c.copy_below = 4;
     scoped_config sc(c);
-    EXPECT_EQ(run([] { return hold_every_buffer(1 << 20); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return hold_every_buffer(1 << 20); }), 0);
 }
 
 TEST(TcpBufferRing, TinyRingManyConnections) {
@@ -154,7 +155,7 @@ TEST(TcpBufferRing, TinyRingManyConnections) {
     c.recv_buffer_size = 1024;
     c.copy_below = 2;
     scoped_config sc(c);
-    EXPECT_EQ(run([] { return many_connections_tiny_ring(false); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return many_connections_tiny_ring(false); }), 0);
 }
 
 TEST(TcpBufferRing, SlowReadersPauseReceiving) {
@@ -164,5 +165,5 @@ TEST(TcpBufferRing, SlowReadersPauseReceiving) {
     c.recv_buffer_size = 2048;
     c.max_unread = 8192;
     scoped_config sc(c);
-    EXPECT_EQ(run([] { return many_connections_tiny_ring(true); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return many_connections_tiny_ring(true); }), 0);
 }

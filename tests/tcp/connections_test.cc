@@ -205,38 +205,39 @@ future<> slow_acceptor() {
 } // namespace
 
 TEST(TcpConnections, SlowAcceptorDoesNotLoseConnections) {
-    EXPECT_EQ(run(slow_acceptor), 0);
+    EXPECT_EQ(run_in_shards(1, slow_acceptor), 0);
 }
 
 TEST(TcpConnections, ThousandConcurrentConnectionsOnOneServer) {
     ASSERT_GE(raise_nofile(4096), 2100u) << "cannot open enough files";
-    EXPECT_EQ(run(thousand_connections), 0);
+    EXPECT_EQ(run_in_shards(1, thousand_connections), 0);
 }
 
 TEST(TcpConnections, HalfClose) {
-    EXPECT_EQ(run(half_close), 0);
+    EXPECT_EQ(run_in_shards(1, half_close), 0);
 }
 
 TEST(TcpConnections, OutputCloseKeepsInputOpen) {
-    EXPECT_EQ(run(output_close_is_half_close), 0);
+    EXPECT_EQ(run_in_shards(1, output_close_is_half_close), 0);
 }
 
 TEST(TcpConnections, ShutdownInputEndsPendingRead) {
-    EXPECT_EQ(run(shutdown_input_ends_pending_read), 0);
+    EXPECT_EQ(run_in_shards(1, shutdown_input_ends_pending_read), 0);
 }
 
 TEST(TcpConnections, OptionsAndAddressesIPv4) {
-    EXPECT_EQ(run([] { return options_and_addresses(socket_address::parse("127.0.0.1:0")); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return options_and_addresses(socket_address::parse("127.0.0.1:0")); }),
+              0);
 }
 
 TEST(TcpConnections, OptionsAndAddressesIPv6) {
-    EXPECT_EQ(run([] { return options_and_addresses(socket_address::parse("[::1]:0")); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return options_and_addresses(socket_address::parse("[::1]:0")); }), 0);
 }
 
 TEST(TcpConnections, ConnectFromALocalAddress) {
-    EXPECT_EQ(run(connect_from_a_local_address), 0);
+    EXPECT_EQ(run_in_shards(1, connect_from_a_local_address), 0);
 }
 
 TEST(TcpConnections, ReadExactlyAcrossSends) {
-    EXPECT_EQ(run(read_exactly_across_writes), 0);
+    EXPECT_EQ(run_in_shards(1, read_exactly_across_writes), 0);
 }

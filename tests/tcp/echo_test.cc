@@ -54,14 +54,16 @@ TEST(TcpEcho, SizesFromOneByteTo16MB) {
     const size_t sizes[] = {1, 2, 100, 4096, 65536 + 3, 1 << 20, 16 << 20};
     for (size_t size : sizes) {
         SCOPED_TRACE(size);
-        EXPECT_EQ(run([size] { return echo_once(socket_address::parse("127.0.0.1:0"), size, 1 << 20); }), 0);
+        EXPECT_EQ(run_in_shards(
+                      1, [size] { return echo_once(socket_address::parse("127.0.0.1:0"), size, 1 << 20); }),
+                  0);
     }
 }
 
 TEST(TcpEcho, ManySmallWrites) {
-    EXPECT_EQ(run([] { return echo_once(socket_address::parse("127.0.0.1:0"), 200000, 7); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return echo_once(socket_address::parse("127.0.0.1:0"), 200000, 7); }), 0);
 }
 
 TEST(TcpEcho, IPv6Loopback) {
-    EXPECT_EQ(run([] { return echo_once(socket_address::parse("[::1]:0"), 100000, 1000); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return echo_once(socket_address::parse("[::1]:0"), 100000, 1000); }), 0);
 }

@@ -122,7 +122,7 @@ TEST(TcpErrors, ConnectTimeout) {
     // A listener that never accepts and has a backlog of one: once its queue is full the kernel
     // drops further SYNs, so a connect can only end by its timeout (the outcome does not depend
     // on how long anything takes).
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         listen_options lo;
         lo.backlog = 1;
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"), lo);
@@ -148,16 +148,16 @@ TEST(TcpErrors, ConnectTimeout) {
 
 TEST(TcpErrors, ConnectRefusedIPv4) {
     closed_port p("127.0.0.1");
-    EXPECT_EQ(run([&] { return expect_refused(p.addr); }), 0);
+    EXPECT_EQ(run_in_shards(1, [&] { return expect_refused(p.addr); }), 0);
 }
 
 TEST(TcpErrors, ConnectRefusedIPv6) {
     closed_port p("::1");
-    EXPECT_EQ(run([&] { return expect_refused(p.addr); }), 0);
+    EXPECT_EQ(run_in_shards(1, [&] { return expect_refused(p.addr); }), 0);
 }
 
 TEST(TcpErrors, AddressInUse) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto first = tcp::listen(socket_address::parse("127.0.0.1:0"));
         auto addr = first.local_address();
         try {
@@ -193,7 +193,7 @@ TEST(TcpErrors, PeerResetMidStreamFailsTheReaderAndTheServerGoesOn) {
     std::thread client;
     std::exception_ptr error;
     size_t bytes_after = 0;
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
         client = std::thread(reset_client, ss.local_address(), std::ref(client_result));
         accept_result first = co_await ss.accept();
@@ -218,7 +218,7 @@ TEST(TcpErrors, PeerResetMidStreamFailsTheReaderAndTheServerGoesOn) {
 
 TEST(TcpErrors, WritingToAResetPeerFails) {
     std::thread client;
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
         auto addr = ss.local_address();
         client = std::thread([addr] {

@@ -244,7 +244,7 @@ TEST(FdExhaustion, ListenerKeepsAcceptingOnceDescriptorsAreFree) {
     if (sanitized) {
         GTEST_SKIP() << "descriptor exhaustion in-process breaks UBSan's vptr check (see above)";
     }
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         co_await warm_up();
         const uint64_t accepted0 = tcp::shard_stats().accepted;
         const uint64_t errors0 = tcp::shard_stats().accept_errors;
@@ -308,7 +308,7 @@ TEST(FdExhaustion, RefusalMessageThenEndOfStream) {
     if (sanitized) {
         GTEST_SKIP() << "descriptor exhaustion in-process breaks UBSan's vptr check (see above)";
     }
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         listen_options opts;
         opts.refusal = std::string(refusal);
         co_await warm_up();
@@ -391,7 +391,7 @@ private:
 } // namespace
 
 TEST(FdExhaustion, TrackerRetriesResourceErrorsOfAnyTransport) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         server_socket real = tcp::listen(socket_address::parse("127.0.0.1:0"));
         server_socket flaky(std::make_unique<flaky_listener>(real, 5, EMFILE));
         server_connections conns;
@@ -414,7 +414,7 @@ TEST(FdExhaustion, FirstReadOfAShardNeedsNoDescriptor) {
     if (sanitized) {
         GTEST_SKIP() << "descriptor exhaustion in-process breaks UBSan's vptr check (see above)";
     }
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         // No warm-up: nothing on this shard has read yet. The listener sets up what a read
         // needs, so a connection accepted just before descriptors ran out is served.
         const int base = client_base();

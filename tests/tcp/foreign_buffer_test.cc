@@ -144,15 +144,15 @@ future<> taken_on_the_home_shard() {
 } // namespace
 
 TEST(ForeignBuffer, ForwardedWhileTheHomeShardKeepsSlicing) {
-    EXPECT_EQ(run(forward_while_the_home_shard_keeps_slicing, 2), 0);
+    EXPECT_EQ(run_in_shards(2, forward_while_the_home_shard_keeps_slicing), 0);
 }
 
 TEST(ForeignBuffer, SmallBuffersAreCopied) {
-    EXPECT_EQ(run(small_buffers_are_copied_and_the_home_buffer_goes_at_once, 2), 0);
+    EXPECT_EQ(run_in_shards(2, small_buffers_are_copied_and_the_home_buffer_goes_at_once), 0);
 }
 
 TEST(ForeignBuffer, TakenOnTheHomeShard) {
-    EXPECT_EQ(run(taken_on_the_home_shard, 1), 0);
+    EXPECT_EQ(run_in_shards(1, taken_on_the_home_shard), 0);
 }
 
 namespace {
@@ -224,5 +224,5 @@ future<> slices_dropped_on_another_shard_are_dropped_at_home() {
 } // namespace
 
 TEST(ForeignBuffer, AnOwnerThatStaysHomeIsDroppedAtHomeFromAnyShard) {
-    EXPECT_EQ(run(slices_dropped_on_another_shard_are_dropped_at_home, 2), 0);
+    EXPECT_EQ(run_in_shards(2, slices_dropped_on_another_shard_are_dropped_at_home), 0);
 }

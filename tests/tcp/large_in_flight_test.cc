@@ -65,7 +65,7 @@ future<> echo_half_megabytes(bool slow_reader) {
 
 TEST(TcpLargeInFlight, HalfAMegabyteEchoNeverPausesTheReceive) {
     // The defaults: 512 KB requests meet the 512 KB unread limit and the 32-buffer (1 MB) ring.
-    EXPECT_EQ(run([] { return echo_half_megabytes(false); }), 0);
+    EXPECT_EQ(run_in_shards(1, [] { return echo_half_megabytes(false); }), 0);
 }
 
 TEST(TcpLargeInFlight, TheCheckSeesAPausingPath) {
@@ -75,11 +75,11 @@ TEST(TcpLargeInFlight, TheCheckSeesAPausingPath) {
     tcp::config c;
     c.max_unread = 16 * 1024;
     scoped_config sc(c);
-    testing::TestPartResultArray failures;
+    ::testing::TestPartResultArray failures;
     {
-        testing::ScopedFakeTestPartResultReporter reporter(
-            testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &failures);
-        (void)run([] { return echo_half_megabytes(true); });
+        ::testing::ScopedFakeTestPartResultReporter reporter(
+            ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &failures);
+        (void)run_in_shards(1, [] { return echo_half_megabytes(true); });
     }
     EXPECT_GT(failures.size(), 0);
 }

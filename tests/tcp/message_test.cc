@@ -16,7 +16,7 @@ using namespace shoal::net;
 using namespace shoal::tcp_test;
 
 TEST(Messages, FramesOverTcpKeepBoundariesAndParts) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         loopback p = co_await connect_loopback();
         message_connection a = framed_messages(std::move(p.client), 1 << 20);
         message_connection b = framed_messages(std::move(p.server), 1 << 20);
@@ -105,7 +105,7 @@ struct message_counter final : message_receiver {
 // The default `receive_into` (a transport without its own, here TCP) hands over every message
 // in order and the end of stream, as `receive()` would.
 TEST(Messages, ReceiveIntoHandsOverWhatReceiveWould) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         loopback p = co_await connect_loopback();
         message_connection a = framed_messages(std::move(p.client), 1 << 16);
         message_connection b = framed_messages(std::move(p.server), 1 << 16);
@@ -129,7 +129,7 @@ TEST(Messages, ReceiveIntoHandsOverWhatReceiveWould) {
 }
 
 TEST(Messages, BadSizesAreCleanErrors) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         loopback p = co_await connect_loopback();
         message_connection a = framed_messages(std::move(p.client), 1000);
         connected_socket raw = std::move(p.server);
@@ -165,7 +165,7 @@ TEST(Messages, BadSizesAreCleanErrors) {
 }
 
 TEST(Messages, AStreamEndingInsideAFrameIsUnexpectedEof) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         loopback p = co_await connect_loopback();
         message_connection a = framed_messages(std::move(p.client));
         output_stream raw_out = p.server.output();

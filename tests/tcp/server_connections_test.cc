@@ -209,17 +209,17 @@ future<> zero_drain_aborts_at_once() {
 } // namespace
 
 TEST(ServerConnections, StopsInBoundedTimeWhileAClientDoesNotRead) {
-    EXPECT_EQ(run(stop_with_a_client_that_never_reads), 0);
+    EXPECT_EQ(run_in_shards(1, stop_with_a_client_that_never_reads), 0);
 }
 
 TEST(ServerConnections, AReadingClientGetsEveryByteWhenTheDrainCompletes) {
-    EXPECT_EQ(run(a_reading_client_gets_everything), 0);
+    EXPECT_EQ(run_in_shards(1, a_reading_client_gets_everything), 0);
 }
 
 TEST(ServerConnections, StopWithoutConnectionsAndAddAfterStop) {
-    EXPECT_EQ(run(stop_without_connections_and_add_after_stop), 0);
+    EXPECT_EQ(run_in_shards(1, stop_without_connections_and_add_after_stop), 0);
 }
 
 TEST(ServerConnections, ZeroDrainAbortsAtOnce) {
-    EXPECT_EQ(run(zero_drain_aborts_at_once), 0);
+    EXPECT_EQ(run_in_shards(1, zero_drain_aborts_at_once), 0);
 }

@@ -91,5 +91,5 @@ future<> accept_across_two_shards() {
 } // namespace
 
 TEST(TcpShards, AcceptAcrossTwoShards) {
-    EXPECT_EQ(run(accept_across_two_shards, 2), 0);
+    EXPECT_EQ(run_in_shards(2, accept_across_two_shards), 0);
 }

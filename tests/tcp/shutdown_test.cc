@@ -88,7 +88,7 @@ future<> hang_accepting(server_socket ss, int& failures) {
 } // namespace
 
 TEST(TcpShutdown, EchoServerStopsWithConnectionsOpen) {
-    EXPECT_EQ(run(stop_server_with_open_connections, 2), 0);
+    EXPECT_EQ(run_in_shards(2, stop_server_with_open_connections), 0);
 }
 
 TEST(TcpShutdown, EngineStopsWithIoInFlight) {
@@ -100,7 +100,7 @@ TEST(TcpShutdown, EngineStopsWithIoInFlight) {
     // Client ends of the sending connections: never read, kept past the engine (closing a
     // socket with no request in the ring needs no reactor).
     std::vector<connected_socket> silent;
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         auto ss = tcp::listen(socket_address::parse("127.0.0.1:0"));
         auto addr = ss.local_address();
         for (int i = 0; i < 4; ++i) {

@@ -89,7 +89,7 @@ TEST(StreamApi, WriteCopiesTheCallersBytesBeforeReturning) {
     // must not be needed after write() returned.
     std::vector<std::string> puts;
     std::deque<promise<>> pending;
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         output_stream out(std::make_unique<slow_sink>(puts, pending));
         co_await out.write("0123456789"); // 10 of 16 bytes gathered
         future<> f = make_ready_future<>();
@@ -128,7 +128,7 @@ TEST(StreamApi, WriteCopiesTheCallersBytesBeforeReturning) {
 }
 
 TEST(StreamApi, DefaultConstructedOutputStreamFailsCleanly) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         output_stream out;
         bool failed = false;
         try {
@@ -150,7 +150,7 @@ TEST(StreamApi, DefaultConstructedOutputStreamFailsCleanly) {
 }
 
 TEST(StreamApi, InputReadExactlyReadUpToUnread) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         input_stream in(std::make_unique<pieces_source>(std::vector<std::string>{"hel", "lo wo", "rld"}));
         auto a = co_await in.read_exactly(2); // within the first piece: a slice, no copy
         EXPECT_EQ(a.view(), "he");
@@ -182,7 +182,7 @@ TEST(StreamApi, OutputGathersSmallWritesAndPassesLargeBuffersThrough) {
     std::vector<std::string> puts;
     std::vector<const char*> addrs;
     bool closed = false;
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         output_stream out(std::make_unique<recording_sink>(puts, addrs, closed));
         co_await out.write("abc");
         co_await out.write("defghijklmnop"); // 16 bytes gathered: handed over

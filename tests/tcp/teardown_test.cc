@@ -28,7 +28,7 @@ using namespace shoal;
 using namespace shoal::net;
 using namespace std::chrono_literals;
 using shoal::tcp_test::open_fds;
-using shoal::tcp_test::run;
+using shoal::tcp_test::run_in_shards;
 
 namespace {
 
@@ -128,7 +128,7 @@ future<client_and_server> accept_client(server_socket& ss) {
 /// Runs `round(listener, i)` `n` times on a warm listener, then expects the process and the
 /// reactor back at their baseline (`what` names the case in failures). Returns `run`'s code.
 int run_rounds(int n, const char* what, std::function<future<>(server_socket&, int)> round) {
-    return run([&]() -> future<> {
+    return run_in_shards(1, [&]() -> future<> {
         auto ss = co_await warm_listener();
         baseline b;
         for (int i = 0; i < n; ++i) {
@@ -203,7 +203,7 @@ TEST(TcpTeardown, ResetDuringABlockedSendFailsTheWriterAndFreesTheConnection) {
 }
 
 TEST(TcpTeardown, AConnectionLetGoWithOutputQueuedLingersUntilThePeerResets) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto ss = co_await warm_listener();
         baseline b;
         std::vector<int> clients;
@@ -278,7 +278,7 @@ TEST(TcpTeardown, ResetsWhileReceivesWaitForAnEmptyRingFreeEveryConnection) {
     cfg.copy_below = 1;
     tcp_test::scoped_config scoped(cfg);
     uint64_t shortages = 0;
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         auto ss = co_await warm_listener();
         baseline b;
         uint64_t before = tcp::shard_stats().buffer_shortages;
@@ -356,7 +356,7 @@ TEST(TcpTeardown, BufferQueueHoldsNoMemoryUntilUsedAndKeepsOrder) {
 }
 
 TEST(TcpTeardown, AnIdleConnectionKeepsNoGatheringBlock) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         auto lb = co_await tcp_test::connect_loopback();
         auto out = lb.server.output();
         auto in = lb.client.input();
@@ -378,7 +378,7 @@ TEST(TcpTeardown, AnIdleConnectionKeepsNoGatheringBlock) {
 }
 
 TEST(TcpTeardown, IdleArmedReceivesDoNotSpreadOverTheRing) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         const unsigned depth = tcp::get_config().ring_depth;
         auto ss = co_await warm_listener();
         std::vector<int> fds;

@@ -1,13 +1,15 @@
 #pragma once
 
-// Helpers of the TCP tests: run a body on a fresh engine, make and check byte patterns, a
-// minimal echo handler, and stream reading helpers.
+// Helpers of the TCP tests: the shared runner and byte patterns (tests/support), a minimal echo
+// handler, and stream reading helpers.
 
 #include "core/coroutine.hh"
 #include "core/future.hh"
 #include "core/smp.hh"
 #include "net/stream.hh"
 #include "net/tcp/tcp.hh"
+#include "support/run.hh"
+#include "support/stream_pattern.hh"
 
 #include <cstdint>
 #include <filesystem>
@@ -20,48 +22,10 @@ namespace shoal::tcp_test {
 
 using namespace shoal::net;
 
-/// Runs `body` on shard 0 of a fresh engine of `smp` shards (unpinned); returns its exit code
-/// (0 when the body resolved, 1 when it failed; the failure is logged).
-inline int run(std::function<future<>()> body, unsigned smp = 1) {
-    smp_options o;
-    o.smp = smp;
-    o.pin = false;
-    return run_shards(o, [body = std::move(body)]() -> future<int> { return body().then([] { return 0; }); });
-}
-
-/// Byte `i` of the test pattern with `seed`.
-inline char pattern_byte(size_t i, unsigned seed) {
-    return char((i * 131 + seed * 7 + (i >> 13)) & 0xff);
-}
-
-/// `size` bytes of the pattern.
-inline temporary_buffer make_pattern(size_t size, unsigned seed = 1) {
-    temporary_buffer b(size);
-    for (size_t i = 0; i < size; ++i) {
-        b.get_write()[i] = pattern_byte(i, seed);
-    }
-    return b;
-}
-
-/// Reads until `n` bytes arrived (or end of stream) and checks them against the pattern from
-/// offset 0; returns the number of bytes read and sets `mismatch` at the first wrong byte.
-inline future<size_t> read_and_check(input_stream& in, size_t n, unsigned seed, size_t& mismatch) {
-    size_t got = 0;
-    mismatch = SIZE_MAX;
-    while (got < n) {
-        temporary_buffer b = co_await in.read_up_to(n - got);
-        if (b.empty()) {
-            break;
-        }
-        for (size_t i = 0; i < b.size(); ++i) {
-            if (mismatch == SIZE_MAX && b[i] != pattern_byte(got + i, seed)) {
-                mismatch = got + i;
-            }
-        }
-        got += b.size();
-    }
-    co_return got;
-}
+using shoal::testing::make_pattern;
+using shoal::testing::pattern_byte;
+using shoal::testing::read_and_check;
+using shoal::testing::run_in_shards;
 
 /// Reads everything until end of stream into a string.
 inline future<std::string> read_to_end(input_stream& in) {

@@ -142,7 +142,7 @@ future<> header_and_payload_leave_in_one_send() {
 TEST(ZeroCopy, OutputGathersIntoTheSinksMemoryAndPutsSlicesOfIt) {
     arena_sink::record r;
     std::vector<char> arena(1 << 16);
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         output_stream out(std::make_unique<arena_sink>(r, arena));
         uint64_t before = stream_copies().copies;
         for (int i = 0; i < 10; ++i) {
@@ -167,7 +167,7 @@ TEST(ZeroCopy, OutputGathersIntoTheSinksMemoryAndPutsSlicesOfIt) {
 TEST(ZeroCopy, WriteOfSeveralBuffersKeepsOrderAndCopiesNothing) {
     arena_sink::record r;
     std::vector<char> arena(1 << 16);
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         output_stream out(std::make_unique<arena_sink>(r, arena));
         co_await out.write("gathered");
         uint64_t before = stream_copies().copies;
@@ -197,7 +197,7 @@ TEST(ZeroCopy, DefaultPutManyPutsInTurn) {
         }
         future<> close() override { return make_ready_future<>(); }
     };
-    int rc = run([&]() -> future<> {
+    int rc = run_in_shards(1, [&]() -> future<> {
         output_stream out(std::make_unique<plain_sink>(puts));
         std::array<temporary_buffer, 3> parts{temporary_buffer::copy_of("a"), temporary_buffer::copy_of("b"),
                                               temporary_buffer::copy_of("c")};
@@ -209,15 +209,15 @@ TEST(ZeroCopy, DefaultPutManyPutsInTurn) {
 }
 
 TEST(ZeroCopy, SmallTcpMessagesCostOneCopy) {
-    EXPECT_EQ(run(small_messages_cost_one_copy), 0);
+    EXPECT_EQ(run_in_shards(1, small_messages_cost_one_copy), 0);
 }
 
 TEST(ZeroCopy, TcpHeaderAndPayloadLeaveInOneSendWithoutACopy) {
-    EXPECT_EQ(run(header_and_payload_leave_in_one_send), 0);
+    EXPECT_EQ(run_in_shards(1, header_and_payload_leave_in_one_send), 0);
 }
 
 TEST(ZeroCopy, TcpSendBuffersAreRecycledOnTheirShard) {
-    int rc = run([]() -> future<> {
+    int rc = run_in_shards(1, []() -> future<> {
         using namespace shoal::net::tcp::internal;
         temporary_buffer a = allocate_send_buffer(send_buffer_size);
         const char* first = a.get();

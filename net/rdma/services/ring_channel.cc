@@ -126,6 +126,13 @@ struct free_deleter {
 };
 using page_memory = std::unique_ptr<char, free_deleter>;
 
+/// Lets a consumer's zero-length WRITE (hello, wake request, push) run unawaited. Its failure
+/// breaks the connection, which the doorbell loop reports; the exception itself is consumed here,
+/// not dropped (a dropped one is logged as "exceptional future ignored" at every disconnection).
+void unawaited(future<> f) noexcept {
+    (void)std::move(f).then_wrapped([](future<> w) { w.ignore_ready_future(); });
+}
+
 /// Zeroed, page-aligned memory of at least `len` bytes.
 page_memory allocate_pages(size_t len) {
     size_t rounded = (len + 4095) & ~size_t(4095);
@@ -213,7 +220,7 @@ public:
         (void)wait_requests(std::move(self), _gen);
         // The hello: the header is final for this connection (see the top of this file). Not
         // awaited: a failure breaks the connection, which the doorbell loop reports.
-        (void)_wait.write_with_imm({}, remote_region{}, 0, encode(_known_w));
+        unawaited(_wait.write_with_imm({}, remote_region{}, 0, encode(_known_w)));
     }
 
     void start_at(uint64_t index) {
@@ -323,7 +330,7 @@ public:
         }
         _wake_asked = true;
         ++_stats.wake_requests;
-        (void)_doorbell.write_with_imm({}, remote_region{}, 0, encode(_known_w));
+        unawaited(_doorbell.write_with_imm({}, remote_region{}, 0, encode(_known_w)));
         return false;
     }
 
@@ -573,7 +580,7 @@ private:
             // Zero length: the responder checks neither address nor rkey (IB spec C9-88), so the
             // producer needs no region of its own. The result is not awaited: a failure breaks
             // the connection, which the doorbell loop reports.
-            (void)_wait.write_with_imm({}, remote_region{}, 0, encode(_r));
+            unawaited(_wait.write_with_imm({}, remote_region{}, 0, encode(_r)));
         }
     }
 

@@ -1,6 +1,7 @@
 #pragma once
 
-// Tests that kill a peer: the test binary re-runs itself as the peer (`--peer=MODE ADDRESS`).
+// Tests that need a second process (a peer to kill, a server in another engine): the test
+// binary runs itself again as the peer (`--peer=MODE ADDRESS`).
 
 #include <cstring>
 #include <spawn.h>
@@ -8,15 +9,16 @@
 #include <string>
 #include <string_view>
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
 extern char** environ;
 
-namespace shoal::rdma_test {
+namespace shoal::testing {
 
 /// Starts this binary again as peer `mode` talking to `address`; returns its pid.
-inline pid_t spawn_peer_process(const std::string& mode, const std::string& address) {
+inline pid_t spawn_peer(const std::string& mode, const std::string& address) {
     std::string self = "/proc/self/exe";
     std::string arg = "--peer=" + mode;
     char* argv[] = {self.data(), arg.data(), const_cast<char*>(address.c_str()), nullptr};
@@ -28,8 +30,15 @@ inline pid_t spawn_peer_process(const std::string& mode, const std::string& addr
     return pid;
 }
 
+/// Waits for process `pid` to end; returns its wait status.
+inline int reap(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+}
+
 /// The `main` of such a binary: `peer_main(mode, address)` when started as a peer, else the
-/// gtest tests.
+/// GoogleTest tests.
 template <typename PeerMain>
 int test_or_peer_main(int argc, char** argv, PeerMain peer_main) {
     if (argc >= 3 && std::string_view(argv[1]).starts_with("--peer=")) {
@@ -39,4 +48,4 @@ int test_or_peer_main(int argc, char** argv, PeerMain peer_main) {
     return RUN_ALL_TESTS();
 }
 
-} // namespace shoal::rdma_test
+} // namespace shoal::testing

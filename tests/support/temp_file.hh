@@ -1,0 +1,42 @@
+#pragma once
+
+// Temporary files and directories of a test, removed when the test is done with them.
+
+#include <cstdlib>
+#include <string>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace shoal::testing {
+
+/// The directory for temporary files: $TMPDIR, else /tmp.
+inline std::string temp_dir_root() {
+    const char* dir = std::getenv("TMPDIR");
+    return dir && *dir ? dir : "/tmp";
+}
+
+/// A file in the temporary directory holding `content`; removed by the destructor.
+class temp_file {
+public:
+    explicit temp_file(const std::string& content, const std::string& prefix = "shoal-test") {
+        _path = temp_dir_root() + "/" + prefix + "-XXXXXX";
+        int fd = ::mkstemp(_path.data());
+        EXPECT_GE(fd, 0) << "mkstemp " << _path;
+        EXPECT_EQ(::write(fd, content.data(), content.size()), ssize_t(content.size()));
+        ::close(fd);
+    }
+    temp_file(const temp_file&) = delete;
+    temp_file& operator=(const temp_file&) = delete;
+    ~temp_file() { ::unlink(_path.c_str()); }
+
+    /// Where the file is.
+    const std::string& path() const { return _path; }
+
+private:
+    std::string _path;
+};
+
+} // namespace shoal::testing
