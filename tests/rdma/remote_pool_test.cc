@@ -2,9 +2,9 @@
 // one-sided group while the control connection carries only messages, release revoking a
 // region, quota / watermark / bad-request refusals that leave the client usable, and every
 // region of a client reclaimed when it disconnects or its process is killed.
-#include "rdma_test_util.hh"
 #include "net/rdma/services/peer.hh"
 #include "net/rdma/services/remote_pool.hh"
+#include "rdma_test_util.hh"
 
 #include <csignal>
 #include <sys/wait.h>

@@ -1,8 +1,8 @@
 // The ring channel (Soft-RoCE guest): messages of every size in order through a wrapping ring,
 // batching, back-pressure from a consumer that does not read, oversized messages, a broken
 // connection failing pending operations, and resuming on a new connection.
-#include "rdma_test_util.hh"
 #include "net/rdma/services/ring_channel.hh"
+#include "rdma_test_util.hh"
 
 #include <algorithm>
 #include <csignal>

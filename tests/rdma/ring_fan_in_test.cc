@@ -2,9 +2,9 @@
 // producer does not starve a slow one), 4 producers × checksummed sequences of random sizes
 // through small rings with many wraps and a slow consumer, and a producer that dies without
 // wedging the others.
-#include "rdma_test_util.hh"
 #include "net/rdma/services/ring_channel.hh"
 #include "net/rdma/services/ring_fan_in.hh"
+#include "rdma_test_util.hh"
 
 #include <algorithm>
 #include <array>
