@@ -1,5 +1,6 @@
-// The RDMA client's location cache (kv/location_cache.hh) against std::unordered_map as the
-// model: lookups, overwrites, deletions that shift entries back, eviction at the limit, clear.
+// The RDMA client's location cache (kv/client/internal/location_cache.hh) against
+// std::unordered_map as the model: lookups, overwrites, deletions that shift entries back, eviction
+// at the limit, clear.
 #include "kv/client/internal/location_cache.hh"
 
 #include <gtest/gtest.h>

@@ -1,10 +1,9 @@
-// Remotely readable records (kv/record.hh) in a store with `remote_readable`: what a remote
-// reader copies out of item memory validates exactly while the item is the key's current value,
-// (also after a touch, which seals it again) and fails (dead, other key, torn) after a delete, an
-// overwrite, an eviction, a flush (at once or at a delayed flush's deadline), a reuse of the chunk
-// or a byte changed under it; freed chunks
-// wait for the grace period of epochs. No device: the "READ" is a memcpy of the record's bytes,
-// which is what the NIC does.
+// Remotely readable records (kv/store/internal/record.hh) in a store with `remote_readable`: what a
+// remote reader copies out of item memory validates exactly while the item is the key's current
+// value, (also after a touch, which seals it again) and fails (dead, other key, torn) after a
+// delete, an overwrite, an eviction, a flush (at once or at a delayed flush's deadline), a reuse of
+// the chunk or a byte changed under it; freed chunks wait for the grace period of epochs. No
+// device: the "READ" is a memcpy of the record's bytes, which is what the NIC does.
 #include "kv/store/hash.hh"
 #include "kv/store/internal/record.hh"
 #include "kv/store/store.hh"
