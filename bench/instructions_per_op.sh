@@ -1,6 +1,6 @@
 #!/bin/sh
 # instructions_per_op.sh BUILD_DIR [OLD_BUILD_DIR] - user-space instructions per operation, counted
-# by callgrind (Debian's valgrind) in ONE Soft-RoCE guest (issues 10 and 12):
+# by callgrind (Debian's valgrind) in ONE Soft-RoCE guest:
 #   tests/softroce/run-in-guest.sh --timeout 900 --rw "$PWD/BUILD_DIR" -- bench/instructions_per_op.sh BUILD_DIR
 # A count of instructions does not depend on the host's load, which moves every timed number of
 # this emulated guest by tens of percent: two builds compare exactly, and the paths of one build
