@@ -4,6 +4,7 @@
 #include "core/cpu_claim.hh"
 #include "core/reactor.hh"
 #include "core/smp.hh"
+#include "support/cpu_lock_dir.hh"
 
 #include <chrono>
 #include <cstdio>
@@ -21,21 +22,6 @@
 using namespace shoal;
 
 namespace {
-
-/// A fresh lock directory, named in SHOAL_CPU_LOCK_DIR while the object lives.
-struct private_lock_dir {
-    std::string path;
-    private_lock_dir() {
-        char tmpl[] = "/tmp/shoal-cpu-claim-test-XXXXXX";
-        path = ::mkdtemp(tmpl);
-        ::setenv("SHOAL_CPU_LOCK_DIR", path.c_str(), 1);
-    }
-    ~private_lock_dir() {
-        ::unsetenv("SHOAL_CPU_LOCK_DIR");
-        std::string cmd = "rm -rf '" + path + "'";
-        EXPECT_EQ(std::system(cmd.c_str()), 0);
-    }
-};
 
 /// What a child engine saw: its shard's CPU, its idle-poll time and its stderr.
 struct child_report {
@@ -118,7 +104,7 @@ private:
 } // namespace
 
 TEST(cpu_claims, claims_skip_cpus_another_holder_has) {
-    private_lock_dir dir;
+    shoal::testing::private_cpu_lock_dir dir;
     auto a = cpu_claims::claim({0, 1}, 1);
     EXPECT_EQ(a.cpus(), (std::vector<unsigned>{0}));
     EXPECT_FALSE(a.shared());
@@ -139,10 +125,10 @@ TEST(cpu_claims, two_default_processes_get_different_cpus) {
     if (allowed.size() < 2) {
         GTEST_SKIP() << "needs two CPUs";
     }
-    private_lock_dir dir;
-    child_engine first(dir.path, 1, -1);
+    shoal::testing::private_cpu_lock_dir dir;
+    child_engine first(dir.path(), 1, -1);
     auto r1 = first.report();
-    child_engine second(dir.path, 2, -1);
+    child_engine second(dir.path(), 2, -1);
     auto r2 = second.report();
     EXPECT_NE(r1.cpu, r2.cpu);
     EXPECT_EQ(r1.idle_poll_us, 200); // exclusive CPUs: the usual idle polling
@@ -153,16 +139,16 @@ TEST(cpu_claims, two_default_processes_get_different_cpus) {
 }
 
 TEST(cpu_claims, processes_sharing_one_cpu_warn_and_do_not_spin) {
-    private_lock_dir dir;
+    shoal::testing::private_cpu_lock_dir dir;
     int cpu = int(allowed_cpus().front());
-    child_engine first(dir.path, 1, cpu);
+    child_engine first(dir.path(), 1, cpu);
     auto r1 = first.report();
-    child_engine second(dir.path, 2, cpu);
+    child_engine second(dir.path(), 2, cpu);
     auto r2 = second.report();
     EXPECT_EQ(r1.cpu, cpu);
     EXPECT_EQ(r2.cpu, cpu);
-    EXPECT_EQ(r1.idle_poll_us, 200); // it got the CPU to itself when it started
-    EXPECT_EQ(r2.idle_poll_us, 0);   // the second one shares: no spinning when idle
+    EXPECT_EQ(r1.idle_poll_us, 200);   // it got the CPU to itself when it started
+    EXPECT_EQ(r2.idle_poll_us, 0);     // the second one shares: no spinning when idle
     std::string log = second.finish(); // first: it holds copies of the first child's pipes
     EXPECT_NE(log.find("--cpuset"), std::string::npos) << log;
     EXPECT_EQ(first.finish().find("--cpuset"), std::string::npos);

@@ -2,6 +2,7 @@
 #include "core/file.hh"
 #include "core/future_util.hh"
 #include "support/run.hh"
+#include "support/temp_file.hh"
 
 #include <cerrno>
 #include <cstdlib>
@@ -15,33 +16,9 @@
 
 using namespace shoal;
 using shoal::testing::run_in_shard;
+using shoal::testing::temp_dir;
 
 namespace {
-
-/// A fresh directory for one test, removed with its files afterwards.
-class temp_dir {
-public:
-    temp_dir() {
-        const char* dir = std::getenv("TMPDIR");
-        std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/shoal-file-XXXXXX";
-        EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-        _path = tmpl;
-    }
-    ~temp_dir() {
-        for (auto& f : _files) {
-            ::unlink(f.c_str());
-        }
-        ::rmdir(_path.c_str());
-    }
-    std::string file(const std::string& name) {
-        _files.push_back(_path + "/" + name);
-        return _files.back();
-    }
-
-private:
-    std::string _path;
-    std::vector<std::string> _files;
-};
 
 /// The errno of a failed future's system_error (consumes it).
 template <typename T>

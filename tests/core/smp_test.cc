@@ -4,6 +4,7 @@
 #include "core/reactor.hh"
 #include "core/smp.hh"
 #include "core/timer.hh"
+#include "support/cpu_lock_dir.hh"
 #include "support/patience.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -33,22 +35,11 @@ namespace {
 /// tests use a private lock directory so that other programs on the machine cannot move them.
 class private_cpu_locks final : public ::testing::Environment {
 public:
-    void SetUp() override {
-        char tmpl[] = "/tmp/shoal-smp-test-XXXXXX";
-        if (const char* dir = ::mkdtemp(tmpl)) {
-            _dir = dir;
-            ::setenv("SHOAL_CPU_LOCK_DIR", dir, 1);
-        }
-    }
-    void TearDown() override {
-        if (!_dir.empty()) {
-            std::string cmd = "rm -rf '" + _dir + "'";
-            EXPECT_EQ(std::system(cmd.c_str()), 0);
-        }
-    }
+    void SetUp() override { _dir.emplace(); }
+    void TearDown() override { _dir.reset(); }
 
 private:
-    std::string _dir;
+    std::optional<shoal::testing::private_cpu_lock_dir> _dir;
 };
 [[maybe_unused]] auto* const cpu_locks_env = ::testing::AddGlobalTestEnvironment(new private_cpu_locks);
 

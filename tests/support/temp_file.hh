@@ -3,7 +3,9 @@
 // Temporary files and directories of a test, removed when the test is done with them.
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -34,6 +36,31 @@ public:
 
     /// Where the file is.
     const std::string& path() const { return _path; }
+
+private:
+    std::string _path;
+};
+
+/// A fresh directory in the temporary directory; removed with everything in it by the destructor.
+class temp_dir {
+public:
+    explicit temp_dir(const std::string& prefix = "shoal-test") {
+        std::string tmpl = temp_dir_root() + "/" + prefix + "-XXXXXX";
+        EXPECT_NE(::mkdtemp(tmpl.data()), nullptr) << "mkdtemp " << tmpl;
+        _path = tmpl;
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+    ~temp_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(_path, ec);
+        EXPECT_FALSE(ec) << "removing " << _path << ": " << ec.message();
+    }
+
+    /// Where the directory is.
+    const std::string& path() const { return _path; }
+    /// The path of `name` inside the directory (the file is not created).
+    std::string file(const std::string& name) const { return _path + "/" + name; }
 
 private:
     std::string _path;
