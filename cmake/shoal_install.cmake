@@ -42,11 +42,8 @@ install(TARGETS shoal_c
   EXPORT shoalTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
 install(FILES capi/include/shoal/shoal_c.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev)
-install(DIRECTORY core net rpc
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev
-  FILES_MATCHING PATTERN "*.hh")
-# kv's public headers only: a folder's internal/ headers are the implementation's own.
-install(DIRECTORY kv
+# Public headers only: a folder's internal/ headers are the implementation's own.
+install(DIRECTORY core net rpc kv
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shoal COMPONENT dev
   FILES_MATCHING PATTERN "*.hh"
   PATTERN "internal" EXCLUDE)

@@ -12,10 +12,10 @@
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/registration_cache.hh"
+#include "rpc/internal/rdma_body.hh"
 
 #include <array>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <unordered_map>
 #include <vector>
@@ -29,14 +29,6 @@ namespace {
 logger link_log("rpc-rdma");
 
 thread_local rdma_link_stats link_stats;
-
-/// Descriptor of a remote body, after the header in the message: u32 transfer id, u32 region
-/// count, then per region u64 address, u32 rkey, u32 length; then the payload when it is not
-/// remote.
-constexpr size_t descriptor_head = 8;
-constexpr size_t region_size = 16;
-/// Regions one descriptor may list (the payload and the attachments).
-constexpr uint32_t max_regions = 256;
 
 /// What a sender keeps for a body the peer READs: the exports and the memory under them.
 struct held_body {
@@ -55,14 +47,10 @@ public:
         , _releases(_conn.immediates(release_tag))
         , _max_message(_msgs.max_message_size())
         , _threshold(std::min(o.read_threshold, _max_message))
-        , _chunk(std::max<size_t>(o.read_chunk, 4096))
-        , _read_budget(o.read_budget)
-        , _max_reads(std::max(o.max_reads, 1u))
         , _coalesce(o.coalesce)
-        , _flusher(this)
-        , _fetcher(this)
-        , _cache(
-              std::make_unique<rdma::registration_cache>(o.registration_cache, rdma::access::remote_read)) {}
+        , _cache(std::make_unique<rdma::registration_cache>(o.registration_cache, rdma::access::remote_read))
+        , _tx(this)
+        , _reads(this, o) {}
 
     void start() { (void)release_loop(); }
 
@@ -71,32 +59,32 @@ public:
     // parallel and frames are handed over in the order they became complete.
 
     future<std::optional<frame>> read_frame(size_t max_frame) {
-        _max_frame = max_frame;
-        if (!_ready.empty()) {
-            frame f = std::move(_ready.front());
-            _ready.pop_front();
+        _rx.max_frame = max_frame;
+        if (!_rx.ready.empty()) {
+            frame f = std::move(_rx.ready.front());
+            _rx.ready.pop_front();
             return make_ready_future<std::optional<frame>>(std::move(f));
         }
-        if (_rx_error) {
-            return make_exception_future<std::optional<frame>>(_rx_error);
+        if (_rx.error) {
+            return make_exception_future<std::optional<frame>>(_rx.error);
         }
-        if (_input_shut || (_rx_eof && _bodies_in_flight == 0)) {
+        if (_rx.input_shut || (_rx.eof && _reads.bodies == 0)) {
             return make_ready_future<std::optional<frame>>(std::nullopt);
         }
-        _reader.emplace();
-        auto result = _reader->get_future();
+        _rx.reader.emplace();
+        auto result = _rx.reader->get_future();
         pump();
         return result;
     }
 
     /// Every frame to `sink` from now on, handed over where it completes (`deliver`).
     void read_frames_into(frame_sink& sink, size_t max_frame) {
-        _max_frame = max_frame;
-        _sink = &sink;
-        _sink_mode = true;
-        if (_rx_error) {
-            end_sink(_rx_error);
-        } else if (_input_shut || (_rx_eof && _bodies_in_flight == 0)) {
+        _rx.max_frame = max_frame;
+        _rx.sink = &sink;
+        _rx.sink_mode = true;
+        if (_rx.error) {
+            end_sink(_rx.error);
+        } else if (_rx.input_shut || (_rx.eof && _reads.bodies == 0)) {
             end_sink(nullptr);
         } else {
             pump();
@@ -104,33 +92,33 @@ public:
     }
 
     /// The link's owner is going: its sink hears nothing more.
-    void drop_sink() noexcept { _sink = nullptr; }
+    void drop_sink() noexcept { _rx.sink = nullptr; }
 
     /// No frame to the sink until `resume_reading`; no message is taken meanwhile.
-    void pause_reading() noexcept { _sink_paused = true; }
+    void pause_reading() noexcept { _rx.sink_paused = true; }
 
     /// Hands the sink the frames that completed while it was paused, then reads on.
     void resume_reading() noexcept {
-        if (!_sink_paused) {
+        if (!_rx.sink_paused) {
             return;
         }
-        _sink_paused = false;
-        while (_sink && !_sink_paused && !_ready.empty()) {
-            frame f = std::move(_ready.front());
-            _ready.pop_front();
+        _rx.sink_paused = false;
+        while (_rx.sink && !_rx.sink_paused && !_rx.ready.empty()) {
+            frame f = std::move(_rx.ready.front());
+            _rx.ready.pop_front();
             hand_to_sink(std::move(f));
         }
-        if (!_sink_paused) {
+        if (!_rx.sink_paused) {
             maybe_end();
             pump();
         }
     }
 
     void shutdown_input() noexcept {
-        _input_shut = true;
-        _ready.clear();
-        if (_reader) {
-            std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
+        _rx.input_shut = true;
+        _rx.ready.clear();
+        if (_rx.reader) {
+            std::exchange(_rx.reader, std::nullopt)->set_value(std::nullopt);
         }
         end_sink(nullptr);
     }
@@ -138,11 +126,11 @@ public:
     // --- sending
 
     void send(outgoing_frame&& f) {
-        if (_error || _closed) {
+        if (_tx.error || _tx.closed) {
             return;
         }
-        _queued += f.wire_size();
-        if (!_sending && _coalesce && !_more_frames && fits_a_message(f)) {
+        _tx.queued += f.wire_size();
+        if (!_tx.sending && _coalesce && !_rx.more_frames && fits_a_message(f)) {
             // A frame that nothing else is likely to join leaves at once (net/rdma still posts
             // it with whatever else this loop iteration sends: one doorbell): the first of its
             // iteration on this link, with no task queued that could send more and no frame
@@ -150,66 +138,66 @@ public:
             // waits for the flush task, and the frames sent meanwhile share its message.
             reactor& r = local_reactor();
             const uint64_t loop = r.stats().loops;
-            if (loop != _direct_loop && !r.tasks_queued()) {
-                _direct_loop = loop;
+            if (loop != _tx.direct_loop && !r.tasks_queued()) {
+                _tx.direct_loop = loop;
                 send_now(f);
                 return;
             }
         }
-        _queue.push_back(std::move(f));
-        if (!_sending) {
-            _sending = true;
+        _tx.queue.push_back(std::move(f));
+        if (!_tx.sending) {
+            _tx.sending = true;
             if (_coalesce) {
                 // Frames sent before the flush task runs (the rest of this task and the tasks
                 // already queued, e.g. the continuations of replies taken in the same poll)
                 // join the same message. The fetch task may send them earlier (`post_fetches`);
                 // the flush task then finds nothing to do.
-                _flush_due = true;
-                schedule_once(_flusher);
+                _tx.flush_due = true;
+                schedule_once(_tx.flusher);
             } else {
                 (void)run(make_ready_future<>());
             }
         }
     }
 
-    size_t queued_bytes() const noexcept { return _queued; }
+    size_t queued_bytes() const noexcept { return _tx.queued; }
 
     future<> wait_below(size_t limit) {
-        if (_queued < limit || _error) {
+        if (_tx.queued < limit || _tx.error) {
             return make_ready_future<>();
         }
-        _wait_limit = limit;
-        _below.emplace();
-        return _below->get_future();
+        _tx.wait_limit = limit;
+        _tx.below.emplace();
+        return _tx.below->get_future();
     }
 
-    std::exception_ptr failed() const noexcept { return _error; }
+    std::exception_ptr failed() const noexcept { return _tx.error; }
 
     future<> close() {
         auto keep = shared_from_this();
-        _closed = true;
-        if (_sending) {
-            _idle.emplace();
-            co_await _idle->get_future();
+        _tx.closed = true;
+        if (_tx.sending) {
+            _tx.idle.emplace();
+            co_await _tx.idle->get_future();
         }
         // The peer may still be reading bodies this side exported: wait for its releases (the
         // callers bound this wait; a broken connection frees them at once).
-        while (!_held.empty() && !_error) {
-            _released.emplace();
-            co_await _released->get_future();
+        while (!_exports.held.empty() && !_tx.error) {
+            _exports.released.emplace();
+            co_await _exports.released->get_future();
         }
-        if (!_error) {
+        if (!_tx.error) {
             co_await _msgs.close();
         }
     }
 
     void abort_output(std::exception_ptr why) noexcept {
-        if (!_error) {
-            _error = why;
+        if (!_tx.error) {
+            _tx.error = why;
         }
-        _queue.clear();
+        _tx.queue.clear();
         drop_held();
-        _queued = 0;
+        _tx.queued = 0;
         wake();
     }
 
@@ -226,55 +214,56 @@ private:
     /// that is already there is handed over before `receive_into` returns, and the loop here
     /// takes the next instead of a recursion.
     void pump() {
-        if (_pumping) {
-            _pump_again = true;
+        if (_rx.pumping) {
+            _rx.pump_again = true;
             return;
         }
-        _pumping = true;
+        _rx.pumping = true;
         do {
-            _pump_again = false;
-            if (_receiving || (!_reader && (!_sink || _sink_paused)) || _input_shut || _rx_eof || _rx_error) {
+            _rx.pump_again = false;
+            if (_rx.receiving || (!_rx.reader && (!_rx.sink || _rx.sink_paused)) || _rx.input_shut ||
+                _rx.eof || _rx.error) {
                 break;
             }
-            if (_bodies_in_flight > 0 && (_reads_posted >= _max_reads || _bytes_in_flight >= _read_budget)) {
+            if (_reads.full()) {
                 break; // a READ that ends calls pump() again
             }
-            _receiving = true;
-            if (!_receive_hold) {
-                _receive_hold = shared_from_this(); // the link lives while it waits for a message
+            _rx.receiving = true;
+            if (!_rx.hold) {
+                _rx.hold = shared_from_this(); // the link lives while it waits for a message
             }
             _msgs.receive_into(*this);
-        } while (_pump_again);
-        _pumping = false;
+        } while (_rx.pump_again);
+        _rx.pumping = false;
     }
 
     /// The message `pump` asked for (nullopt: the peer ended its side). The link's hold stays
     /// when `pump` asked for the next one (the usual case): one hold for a run of messages, not
     /// a shared-pointer count (atomic) taken and dropped per message.
     void on_message(std::optional<net::temporary_buffer> m) noexcept override {
-        _receiving = false;
+        _rx.receiving = false;
         if (!m) {
-            _rx_eof = true;
+            _rx.eof = true;
             maybe_end();
         } else {
             try {
                 take_message(std::move(*m));
                 pump();
             } catch (...) {
-                _more_frames = false;
+                _rx.more_frames = false;
                 fail(std::current_exception());
             }
         }
-        if (!_receiving) {
-            release_hold(std::move(_receive_hold));
+        if (!_rx.receiving) {
+            release_hold(std::move(_rx.hold));
         }
     }
 
     /// Receiving failed: the reader gets the error after the frames completed before it.
     void on_receive_error(std::exception_ptr ex) noexcept override {
-        _receiving = false;
+        _rx.receiving = false;
         fail(std::move(ex)); // (no new receive starts after an error: the hold can go)
-        release_hold(std::move(_receive_hold));
+        release_hold(std::move(_rx.hold));
     }
 
     /// Drops the hold a finished receive had on the link. When it is the last one, the link
@@ -288,43 +277,43 @@ private:
     /// A complete frame: to the sink, else to the waiting reader, else queued for the next
     /// read_frame.
     void deliver(frame f) {
-        if (_input_shut) {
+        if (_rx.input_shut) {
             return; // input was shut while it was on its way: dropped
         }
-        if (_sink_mode) {
-            if (_sink_paused) {
-                _ready.push_back(std::move(f)); // (in order: nothing is handed over while paused)
+        if (_rx.sink_mode) {
+            if (_rx.sink_paused) {
+                _rx.ready.push_back(std::move(f)); // (in order: nothing is handed over while paused)
             } else {
                 hand_to_sink(std::move(f)); // (after the sink's end: dropped)
             }
             return;
         }
-        if (_reader) {
-            std::exchange(_reader, std::nullopt)->set_value(std::move(f));
+        if (_rx.reader) {
+            std::exchange(_rx.reader, std::nullopt)->set_value(std::move(f));
         } else {
-            _ready.push_back(std::move(f));
+            _rx.ready.push_back(std::move(f));
         }
     }
 
     /// Receiving failed (a bad frame, a broken connection): the reader gets the error once the
     /// frames completed before it are taken.
     void fail(std::exception_ptr ex) noexcept {
-        if (!_rx_error) {
-            _rx_error = ex;
+        if (!_rx.error) {
+            _rx.error = ex;
         }
-        if (_reader && _ready.empty()) {
-            std::exchange(_reader, std::nullopt)->set_exception(_rx_error);
+        if (_rx.reader && _rx.ready.empty()) {
+            std::exchange(_rx.reader, std::nullopt)->set_exception(_rx.error);
         }
-        end_sink(_rx_error);
+        end_sink(_rx.error);
     }
 
     /// `f` to the sink; its throw ends reading with that error.
     void hand_to_sink(frame f) noexcept {
-        if (!_sink) {
+        if (!_rx.sink) {
             return;
         }
         try {
-            _sink->on_frame(std::move(f));
+            _rx.sink->on_frame(std::move(f));
         } catch (...) {
             fail(std::current_exception());
         }
@@ -332,17 +321,17 @@ private:
 
     /// Tells the sink (if any, once) that reading ended.
     void end_sink(std::exception_ptr why) noexcept {
-        if (frame_sink* sink = std::exchange(_sink, nullptr)) {
+        if (frame_sink* sink = std::exchange(_rx.sink, nullptr)) {
             sink->on_end(std::move(why));
         }
     }
 
     /// End of input: reported once no body is being READ.
     void maybe_end() noexcept {
-        if (_rx_eof && _bodies_in_flight == 0 && _reader && _ready.empty()) {
-            std::exchange(_reader, std::nullopt)->set_value(std::nullopt);
+        if (_rx.eof && _reads.bodies == 0 && _rx.reader && _rx.ready.empty()) {
+            std::exchange(_rx.reader, std::nullopt)->set_value(std::nullopt);
         }
-        if (_rx_eof && _bodies_in_flight == 0 && !_sink_paused && _ready.empty()) {
+        if (_rx.eof && _reads.bodies == 0 && !_rx.sink_paused && _rx.ready.empty()) {
             end_sink(nullptr);
         }
     }
@@ -358,7 +347,7 @@ private:
                                      std::to_string(off) + " are shorter than a header");
             }
             frame f;
-            f.header = frame_header::decode(m.get() + off, _max_frame);
+            f.header = frame_header::decode(m.get() + off, _rx.max_frame);
             const frame_header& h = f.header;
             if (h.flags != 0) {
                 if (off != 0) {
@@ -368,7 +357,7 @@ private:
                 return;
             }
             const size_t body = off + frame_header::size;
-            const size_t end = body + h.body_size(); // body_size() <= _max_frame: no overflow
+            const size_t end = body + h.body_size(); // body_size() <= _rx.max_frame: no overflow
             if (end > m.size()) {
                 throw protocol_error(
                     "RDMA message of " + std::to_string(m.size()) + " bytes for a frame of " +
@@ -377,76 +366,32 @@ private:
             f.payload = m.share(body, h.payload_size);
             f.attachments = m.share(body + h.payload_size, h.attachment_size);
             ++link_stats.frames_received;
-            _more_frames = end < m.size();
+            _rx.more_frames = end < m.size();
             deliver(std::move(f));
             off = end;
         } while (off < m.size());
-        _more_frames = false;
+        _rx.more_frames = false;
         ++link_stats.messages_received;
     }
 
     /// A body whose READs wait for the fetch task.
     struct pending_fetch {
         frame f;
-        net::temporary_buffer m;
-        std::vector<rdma::remote_region> regions;
-        size_t reads = 0; // READ requests (pieces of at most `_chunk`)
-        size_t bytes = 0;
-        uint32_t transfer = 0;
-        bool remote_payload = false;
-        size_t inline_payload = 0;
+        net::temporary_buffer m; // the message (holds an inline payload)
+        internal::body_descriptor body;
     };
 
     /// A frame whose body (or part of it) is in the sender's memory: checks its descriptor and
     /// queues the READs of its pieces for the fetch task (`post_fetches`); `finish_fetch`
     /// completes it. The body counts against the READ budget from here on.
     void start_fetch(frame f, net::temporary_buffer m) {
-        const frame_header h = f.header;
-        const bool remote_payload = (h.flags & frame_header::flag_remote_payload) != 0;
-        const size_t remote = (remote_payload ? size_t(h.payload_size) : 0) + h.attachment_size;
-        const char* p = m.get() + frame_header::size;
-        size_t left = m.size() - frame_header::size;
-        if (left < descriptor_head) {
-            throw protocol_error("RDMA message too short for its body descriptor");
-        }
-        uint32_t transfer, count;
-        std::memcpy(&transfer, p, 4);
-        std::memcpy(&count, p + 4, 4);
-        p += descriptor_head;
-        left -= descriptor_head;
-        if (count == 0 || count > max_regions || left < size_t(count) * region_size) {
-            throw protocol_error("RDMA body descriptor with " + std::to_string(count) + " regions");
-        }
-        pending_fetch pf;
-        pf.regions.resize(count);
-        size_t sum = 0;
-        for (auto& r : pf.regions) {
-            uint32_t len;
-            std::memcpy(&r.addr, p, 8);
-            std::memcpy(&r.rkey, p + 8, 4);
-            std::memcpy(&len, p + 12, 4);
-            r.length = len;
-            sum += len;
-            pf.reads += (len + _chunk - 1) / _chunk;
-            p += region_size;
-        }
-        left -= size_t(count) * region_size;
-        const size_t inline_payload = remote_payload ? 0 : h.payload_size;
-        if (sum != remote || remote == 0 || left != inline_payload) {
-            throw protocol_error("RDMA body descriptor does not match the frame's sizes");
-        }
-        pf.f = std::move(f);
+        pending_fetch pf{.f = std::move(f), .m = {}, .body = {}};
+        pf.body = internal::parse_body_descriptor(pf.f.header, m.get(), m.size(), _reads.chunk);
         pf.m = std::move(m);
-        pf.transfer = transfer;
-        pf.remote_payload = remote_payload;
-        pf.inline_payload = inline_payload;
-        pf.bytes = remote;
-        ++_bodies_in_flight;
-        _bytes_in_flight += remote;
-        _reads_posted += pf.reads;
-        link_stats.parallel_reads += _bodies_in_flight > 1 ? 1 : 0;
-        _fetches.push_back(std::move(pf));
-        schedule_once(_fetcher);
+        _reads.count_in(pf.body);
+        link_stats.parallel_reads += _reads.bodies > 1 ? 1 : 0;
+        _reads.queued.push_back(std::move(pf));
+        schedule_once(_reads.fetcher);
     }
 
     /// The fetch task: posts the READs queued by `start_fetch`, after sending the frames queued
@@ -458,35 +403,33 @@ private:
     /// with large bodies would never overlap (docs/rpc.md, "Ordering of READs and sends").
     void post_fetches() noexcept {
         flush_if_due();
-        while (!_fetches.empty()) {
-            pending_fetch pf = std::move(_fetches.front());
-            _fetches.pop_front();
+        while (!_reads.queued.empty()) {
+            pending_fetch pf = std::move(_reads.queued.front());
+            _reads.queued.pop_front();
             net::temporary_buffer target;
             rdma::registration_cache::lease reg;
             std::vector<future<>> reads;
             try {
                 const uint64_t regs_before = _cache->stats().registrations;
-                target = _cache->allocate(pf.bytes);
-                reg = _cache->find(target.get(), pf.bytes);
+                target = _cache->allocate(pf.body.bytes);
+                reg = _cache->find(target.get(), pf.body.bytes);
                 count_registrations(regs_before);
-                reads.reserve(pf.reads);
+                reads.reserve(pf.body.reads);
             } catch (...) {
                 // No memory or no registration for the target: the link fails, as a READ
                 // that fails does; nothing queued behind it is fetched.
-                _fetches.push_front(std::move(pf));
-                for (const pending_fetch& left : _fetches) {
-                    --_bodies_in_flight;
-                    _bytes_in_flight -= left.bytes;
-                    _reads_posted -= left.reads;
+                _reads.queued.push_front(std::move(pf));
+                for (const pending_fetch& left : _reads.queued) {
+                    _reads.count_out(left.body.bytes, left.body.reads);
                 }
-                _fetches.clear();
+                _reads.queued.clear();
                 fail(std::current_exception());
                 return;
             }
             size_t off = 0;
-            for (auto& r : pf.regions) {
+            for (auto& r : pf.body.regions) {
                 for (uint64_t done = 0; done < r.length;) {
-                    const size_t n = std::min<uint64_t>(_chunk, r.length - done);
+                    const size_t n = std::min<uint64_t>(_reads.chunk, r.length - done);
                     try {
                         reads.push_back(
                             _conn.read(reg.local(target.get() + off + done, n), r.slice(done, n), 0));
@@ -519,23 +462,21 @@ private:
         }
         // Every READ ended: the target may be reused from here on.
         reg.reset();
-        --_bodies_in_flight;
-        _bytes_in_flight -= remote;
-        _reads_posted -= n;
+        _reads.count_out(remote, n);
         if (failed) {
             fail(failed);
             co_return;
         }
-        release(pf.transfer);
+        release(pf.body.transfer);
         link_stats.bytes_read += remote;
         ++link_stats.remote_bodies_received;
         frame& f = pf.f;
         const frame_header& h = f.header;
-        if (pf.remote_payload) {
+        if (pf.body.remote_payload) {
             f.payload = target.share(0, h.payload_size);
             f.attachments = target.share(h.payload_size, h.attachment_size);
         } else {
-            f.payload = pf.m.share(pf.m.size() - pf.inline_payload, pf.inline_payload);
+            f.payload = pf.m.share(pf.m.size() - pf.body.inline_payload, pf.body.inline_payload);
             f.attachments = std::move(target);
         }
         deliver(std::move(f));
@@ -564,32 +505,32 @@ private:
         try {
             for (;;) {
                 uint32_t t = co_await _releases.next();
-                auto it = _held.find(t);
-                if (it == _held.end()) {
+                auto it = _exports.held.find(t);
+                if (it == _exports.held.end()) {
                     link_log.debug("release of unknown body {} from {}", t, _conn.peer_address().to_string());
                     continue;
                 }
                 const size_t bytes = it->second.bytes;
-                _held.erase(it);
+                _exports.held.erase(it);
                 --link_stats.exports_held;
                 unqueue(bytes);
             }
         } catch (...) {
             // The connection broke (or closed): nobody will READ what is held.
             drop_held();
-            if (!_error) {
-                _error = std::current_exception();
+            if (!_tx.error) {
+                _tx.error = std::current_exception();
             }
             wake();
         }
     }
 
     void drop_held() noexcept {
-        for (auto& [t, h] : _held) {
-            _queued -= std::min(h.bytes, _queued);
+        for (auto& [t, h] : _exports.held) {
+            _tx.queued -= std::min(h.bytes, _tx.queued);
         }
-        link_stats.exports_held -= _held.size();
-        _held.clear();
+        link_stats.exports_held -= _exports.held.size();
+        _exports.held.clear();
     }
 
     /// The flush task's sender: the frames that travel in a message leave here while each send
@@ -597,7 +538,7 @@ private:
     /// send that has to wait, a failure or a body to READ is left to `run`.
     void flush() noexcept {
         try {
-            while (!_queue.empty() && !_error && fits_a_message(_queue.front())) {
+            while (!_tx.queue.empty() && !_tx.error && fits_a_message(_tx.queue.front())) {
                 if (!done_or_left_to_run(send_together())) {
                     return;
                 }
@@ -605,7 +546,7 @@ private:
         } catch (...) {
             abort_output(std::current_exception());
         }
-        if (!_queue.empty() && !_error) {
+        if (!_tx.queue.empty() && !_tx.error) {
             (void)run(make_ready_future<>());
             return;
         }
@@ -629,7 +570,7 @@ private:
             sent.get();
             return true;
         }
-        _sending = true;
+        _tx.sending = true;
         (void)run(std::move(sent));
         return false;
     }
@@ -639,14 +580,14 @@ private:
         auto keep = shared_from_this();
         try {
             co_await std::move(pending);
-            while (!_queue.empty() && !_error) {
-                if (_coalesce && _queue.size() > 1 && fits_a_message(_queue[0]) &&
-                    fits_a_message(_queue[1])) {
+            while (!_tx.queue.empty() && !_tx.error) {
+                if (_coalesce && _tx.queue.size() > 1 && fits_a_message(_tx.queue[0]) &&
+                    fits_a_message(_tx.queue[1])) {
                     co_await send_together();
                     continue;
                 }
-                outgoing_frame f = std::move(_queue.front());
-                _queue.pop_front();
+                outgoing_frame f = std::move(_tx.queue.front());
+                _tx.queue.pop_front();
                 co_await send_one(std::move(f));
             }
         } catch (...) {
@@ -657,10 +598,10 @@ private:
 
     /// The queue is sent (or failed): the next `send` starts the sender again.
     void sender_idle() noexcept {
-        _sending = false;
+        _tx.sending = false;
         wake();
-        if (_idle) {
-            std::exchange(_idle, std::nullopt)->set_value();
+        if (_tx.idle) {
+            std::exchange(_tx.idle, std::nullopt)->set_value();
         }
     }
 
@@ -673,13 +614,13 @@ private:
     /// of at most the peer's receive buffer size: one SEND whose pieces are the frames' buffers
     /// (gathered, or joined by the transport when there are more than its scatter-gather limit).
     future<> send_together() {
-        _parts.clear();
+        _tx.parts.clear();
         size_t bytes = 0;
         size_t frames = 0;
-        while (!_queue.empty() && fits_a_message(_queue.front()) &&
-               bytes + _queue.front().wire_size() <= _max_message) {
-            outgoing_frame f = std::move(_queue.front());
-            _queue.pop_front();
+        while (!_tx.queue.empty() && fits_a_message(_tx.queue.front()) &&
+               bytes + _tx.queue.front().wire_size() <= _max_message) {
+            outgoing_frame f = std::move(_tx.queue.front());
+            _tx.queue.pop_front();
             bytes += f.wire_size();
             ++frames;
             gather(f);
@@ -695,25 +636,25 @@ private:
     /// Sends `f` (which fits a message) whole, as a message of its own.
     future<> send_in_a_message(outgoing_frame& f) {
         const size_t wire = f.wire_size();
-        _parts.clear();
+        _tx.parts.clear();
         gather(f);
         return send_gathered(1, wire);
     }
 
-    /// Encodes `f`'s header and moves its buffers (header first) to the end of `_parts`.
+    /// Encodes `f`'s header and moves its buffers (header first) to the end of `_tx.parts`.
     void gather(outgoing_frame& f) {
         f.header.encode(f.head.get_write());
-        _parts.push_back(std::move(f.head));
+        _tx.parts.push_back(std::move(f.head));
         for (auto& a : f.attachments) {
-            _parts.push_back(std::move(a));
+            _tx.parts.push_back(std::move(a));
         }
     }
 
-    /// Sends what `gather` collected (`frames` frames, `bytes` bytes) as one message. `_parts`
+    /// Sends what `gather` collected (`frames` frames, `bytes` bytes) as one message. `_tx.parts`
     /// is a member so that a message costs no allocation once it has grown.
     future<> send_gathered(size_t frames, size_t bytes) {
-        future<> sent = _msgs.send(std::span<net::temporary_buffer>(_parts));
-        _parts.clear();
+        future<> sent = _msgs.send(std::span<net::temporary_buffer>(_tx.parts));
+        _tx.parts.clear();
         link_stats.frames_sent += frames;
         ++link_stats.messages_sent;
         if (sent.available() && !sent.failed()) {
@@ -725,7 +666,7 @@ private:
 
     /// `bytes` of queued frames left the link: writers waiting for room may go on.
     void unqueue(size_t bytes) noexcept {
-        _queued -= std::min(bytes, _queued);
+        _tx.queued -= std::min(bytes, _tx.queued);
         wake();
     }
 
@@ -738,8 +679,7 @@ private:
         for (auto& a : f.attachments) {
             regions += a.empty() ? 0 : 1;
         }
-        const size_t inline_size =
-            frame_header::size + descriptor_head + (regions + 1) * region_size + payload;
+        const size_t inline_size = internal::body_message_size(regions + 1, payload);
         // Beside remote attachments the payload stays in the message when it fits; alone it is
         // READ like an attachment once over the threshold.
         const bool payload_inline = payload == 0 || inline_size <= (regions > 0 ? _max_message : _threshold);
@@ -750,19 +690,16 @@ private:
         if (f.header.attachment_size > 0) {
             f.header.flags |= frame_header::flag_remote_attachments;
         }
-        if (regions == 0 || regions > max_regions) {
+        if (regions == 0 || regions > internal::max_body_regions) {
             throw protocol_error("a frame with " + std::to_string(regions) +
                                  " body regions cannot be sent by READ");
         }
-        net::temporary_buffer desc(frame_header::size + descriptor_head + regions * region_size);
-        char* p = desc.get_write();
-        f.header.encode(p);
-        const uint32_t transfer = _next_transfer;
-        _next_transfer = (_next_transfer + 1) & rdma::immediate_channel::max_value;
-        std::memcpy(p + frame_header::size, &transfer, 4);
-        const uint32_t count = uint32_t(regions);
-        std::memcpy(p + frame_header::size + 4, &count, 4);
-        p += frame_header::size + descriptor_head;
+        net::temporary_buffer desc(internal::body_message_size(regions, 0));
+        f.header.encode(desc.get_write());
+        const uint32_t transfer = _exports.next_transfer;
+        _exports.next_transfer = (_exports.next_transfer + 1) & rdma::immediate_channel::max_value;
+        char* p = internal::encode_body_descriptor_head(desc.get_write() + frame_header::size, transfer,
+                                                        uint32_t(regions));
         const uint64_t regs_before = _cache->stats().registrations;
         // Memory the cache has (a block a body was READ into, e.g. echoed back, or an attachment
         // sent before) needs no registration; an attachment is registered and kept in the cache;
@@ -779,11 +716,7 @@ private:
                 r = h.exports.back().descriptor();
                 ++link_stats.registrations;
             }
-            const uint32_t len = uint32_t(b.size());
-            std::memcpy(p, &r.addr, 8);
-            std::memcpy(p + 8, &r.rkey, 4);
-            std::memcpy(p + 12, &len, 4);
-            p += region_size;
+            p = internal::encode_body_region(p, r, uint32_t(b.size()));
         };
         h.exports.reserve(regions);
         if (!payload_inline) {
@@ -807,7 +740,7 @@ private:
         for (auto& a : f.attachments) {
             h.memory.push_back(std::move(a));
         }
-        _held.emplace(transfer, std::move(h));
+        _exports.held.emplace(transfer, std::move(h));
         ++link_stats.exports_held;
         ++link_stats.remote_bodies_sent;
         return _msgs.send(std::span<net::temporary_buffer>(parts.data(), n));
@@ -838,68 +771,106 @@ private:
 
     /// The flush task's work: sends the queued frames unless the fetch task already did.
     void flush_if_due() noexcept {
-        if (std::exchange(_flush_due, false)) {
+        if (std::exchange(_tx.flush_due, false)) {
             flush();
         }
     }
 
     void wake() noexcept {
-        if (_below && (_queued < _wait_limit || _error)) {
-            std::exchange(_below, std::nullopt)->set_value();
+        if (_tx.below && (_tx.queued < _tx.wait_limit || _tx.error)) {
+            std::exchange(_tx.below, std::nullopt)->set_value();
         }
-        if (_released && (_held.empty() || _error)) {
-            std::exchange(_released, std::nullopt)->set_value();
+        if (_exports.released && (_exports.held.empty() || _tx.error)) {
+            std::exchange(_exports.released, std::nullopt)->set_value();
         }
     }
+
+    /// The receiving side: who takes the frames, and the loop that takes messages for them.
+    struct receive_side {
+        std::optional<promise<std::optional<frame>>> reader;
+        frame_sink* sink = nullptr; // takes every frame (`read_frames_into`) until its end
+        bool sink_mode = false;     // frames go to the sink (and are dropped after its end)
+        bool sink_paused = false;   // ... but wait in `ready` until `resume_reading`
+        bool input_shut = false;
+        std::deque<frame> ready;
+        size_t max_frame = 0;
+        bool receiving = false;           // a receive_into waits for the next message
+        bool pumping = false;             // pump() runs (a message handed over at once calls it again)
+        bool pump_again = false;          // ... and asked for another round
+        bool more_frames = false;         // frames of the message being delivered follow the current one
+        std::shared_ptr<link_state> hold; // the link, held while a receive waits
+        bool eof = false;
+        std::exception_ptr error;
+    };
+
+    /// The sending side: frames queued for the sender, and who waits for them to leave.
+    struct send_side {
+        explicit send_side(link_state* s) noexcept
+            : flusher(s) {}
+        std::deque<outgoing_frame> queue;
+        size_t queued = 0; // bytes of frames queued or exported and not released
+        size_t wait_limit = 0;
+        bool sending = false;
+        bool closed = false;
+        std::exception_ptr error;
+        std::optional<promise<>> below;
+        std::optional<promise<>> idle;
+        link_task<&link_state::flush_if_due> flusher; // sends the frames queued together (see `send`)
+        bool flush_due = false; // frames wait for the flush task (or the fetch task) to send them
+        uint64_t direct_loop = ~uint64_t(0);      // the loop iteration whose first frame left at once
+        std::vector<net::temporary_buffer> parts; // the pieces of the message being sent
+    };
+
+    /// Bodies this side READs from the peer, and the budget they count against.
+    struct body_reads {
+        body_reads(link_state* s, const rdma_link_options& o) noexcept
+            : chunk(std::max<size_t>(o.read_chunk, 4096))
+            , budget(o.read_budget)
+            , max_posted(std::max(o.max_reads, 1u))
+            , fetcher(s) {}
+        /// A body's READs are about to be posted.
+        void count_in(const internal::body_descriptor& b) noexcept {
+            ++bodies;
+            bytes += b.bytes;
+            posted += b.reads;
+        }
+        /// A body's `reads` READs of `n` bytes ended (or will never be posted).
+        void count_out(size_t n, size_t reads) noexcept {
+            --bodies;
+            bytes -= n;
+            posted -= reads;
+        }
+        /// No further message is taken until a READ ends.
+        bool full() const noexcept { return bodies > 0 && (posted >= max_posted || bytes >= budget); }
+
+        size_t chunk;        // largest READ request
+        size_t budget;       // bytes of bodies in flight before taking messages stops
+        unsigned max_posted; // READ requests in flight before taking messages stops
+        link_task<&link_state::post_fetches> fetcher; // posts the READs `start_fetch` queued
+        std::deque<pending_fetch> queued;
+        unsigned bodies = 0; // in flight, queued included
+        size_t bytes = 0;
+        size_t posted = 0;
+    };
+
+    /// Bodies exported to the peer until it releases them.
+    struct body_exports {
+        std::unordered_map<uint32_t, held_body> held;
+        uint32_t next_transfer = 0;
+        std::optional<promise<>> released; // `close` waits for the last release
+    };
 
     rdma::connection _conn;
     net::message_connection _msgs;
     rdma::immediate_channel _releases;
     size_t _max_message; // the peer's receive buffer size
     size_t _threshold;
-    // receiving
-    std::optional<promise<std::optional<frame>>> _reader;
-    frame_sink* _sink = nullptr; // takes every frame (`read_frames_into`) until its end
-    bool _sink_mode = false;     // frames go to the sink (and are dropped after its end)
-    bool _sink_paused = false;   // ... but wait in `_ready` until `resume_reading`
-    bool _input_shut = false;
-    // sending
-    std::deque<outgoing_frame> _queue;
-    size_t _queued = 0;
-    size_t _wait_limit = 0;
-    bool _sending = false;
-    bool _closed = false;
-    std::exception_ptr _error;
-    std::optional<promise<>> _below;
-    std::optional<promise<>> _idle;
-    std::optional<promise<>> _released;
-    // the cache outlives the holds on its entries (declared before them)
-    size_t _chunk;
-    size_t _read_budget;
-    unsigned _max_reads;
     bool _coalesce;
-    link_task<&link_state::flush_if_due> _flusher; // sends the frames queued together (see `send`)
-    bool _flush_due = false;              // frames wait for the flush task (or the fetch task) to send them
-    uint64_t _direct_loop = ~uint64_t(0); // the loop iteration whose first frame left at once
-    bool _more_frames = false;            // frames of the message being delivered follow the current one
-    link_task<&link_state::post_fetches> _fetcher; // posts the READs `start_fetch` queued
-    std::deque<pending_fetch> _fetches;
-    std::vector<net::temporary_buffer> _parts; // the pieces of the message being sent
-    std::unique_ptr<rdma::registration_cache> _cache;
-    std::unordered_map<uint32_t, held_body> _held;
-    uint32_t _next_transfer = 0;
-    // receiving
-    std::deque<frame> _ready;
-    size_t _max_frame = 0;
-    bool _receiving = false;                   // a receive_into waits for the next message
-    bool _pumping = false;                     // pump() runs (a message handed over at once calls it again)
-    bool _pump_again = false;                  // ... and asked for another round
-    std::shared_ptr<link_state> _receive_hold; // held while a receive waits
-    bool _rx_eof = false;
-    std::exception_ptr _rx_error;
-    unsigned _bodies_in_flight = 0;
-    size_t _bytes_in_flight = 0;
-    size_t _reads_posted = 0;
+    std::unique_ptr<rdma::registration_cache> _cache; // outlives the leases of `_exports` and READs
+    receive_side _rx;
+    send_side _tx;
+    body_reads _reads;
+    body_exports _exports;
 };
 
 class rdma_link_impl final : public link {
