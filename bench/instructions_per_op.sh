@@ -8,7 +8,8 @@
 # sides of an RPC call or stream round trip are counted):
 #   - the marked loops of tests/rpc/rpc_rdma_test (an RPC call against a raw stream round trip of
 #     the same 128 bytes, and add(int32, int32)) and tests/kv/kv_rdma_get_cost_test (a cached
-#     GET of 32 bytes through its three entry points); see tests/softroce/callgrind_marks.hh;
+#     GET of 32 bytes through its three entry points, and a gat of the same values answered by the
+#     server, the control path); see tests/softroce/callgrind_marks.hh;
 #   - perftest's ib_read_lat client (128 B), its instructions per READ from two runs of 1,000
 #     and 3,000 iterations (the difference, so its setup cancels out).
 # The kernel's share (rxe runs each post's protocol in the posting system call) is not counted.

@@ -386,10 +386,192 @@ future<> stop_servers(unsigned server_shard) {
     });
 }
 
-} // namespace
+/// The record sizes of the small-record comparison: one ring (and port) each.
+constexpr std::array<size_t, 4> ring_sizes = {64, 1024, 4096, 65536};
+/// Bytes of each ring.
+constexpr size_t ring_capacity = size_t(1) << 20;
 
-int main(int argc, char** argv) {
-    app a("shoal-bench-rdma", "RDMA stream and one-sided throughput/latency in one process");
+/// Where the server shard listens, on the device's IP.
+struct bench_addresses {
+    net::socket_address stream; ///< echo streams
+    net::socket_address rc;     ///< one-sided READ and WRITE (an exported region)
+    net::socket_address drain;  ///< streams that only receive
+    std::array<net::socket_address, 4> rings;
+    std::array<net::socket_address, 4> fan_in;
+    net::socket_address pool;
+};
+
+bench_addresses addresses_on(const std::string& ip) {
+    bench_addresses to;
+    to.stream = net::socket_address::from_host_port(ip, 18515);
+    to.rc = net::socket_address::from_host_port(ip, 18516);
+    to.drain = net::socket_address::from_host_port(ip, 18517);
+    for (size_t i = 0; i < to.rings.size(); ++i) {
+        to.rings[i] = net::socket_address::from_host_port(ip, uint16_t(18520 + i));
+    }
+    for (size_t i = 0; i < to.fan_in.size(); ++i) {
+        to.fan_in[i] = net::socket_address::from_host_port(ip, uint16_t(18530 + i));
+    }
+    to.pool = net::socket_address::from_host_port(ip, 18540);
+    return to;
+}
+
+/// On the server shard: echo and drain streams, a region of `bw_size` bytes for one-sided
+/// operations, the ring channels, the fan-in and the remote memory pool.
+void start_servers(const bench_addresses& at, size_t bw_size) {
+    srv.sock.emplace(rdma::listen(at.stream));
+    (void)keep_doing([] {
+        return srv.sock->accept().then(
+            [](net::accept_result r) { (void)echo_forever(std::move(r.connection)); });
+    }).handle_exception([](std::exception_ptr) {});
+    srv.drain.emplace(rdma::listen(at.drain));
+    (void)keep_doing([] {
+        return srv.drain->accept().then(
+            [](net::accept_result r) { (void)drain_forever(std::move(r.connection)); });
+    }).handle_exception([](std::exception_ptr) {});
+    srv.mem = rdma::shard_context::local().pool().allocate(bw_size);
+    srv.exported = rdma::export_region(srv.mem, rdma::access::remote_write | rdma::access::remote_read);
+    rdma::listen_options lo;
+    lo.connection = rdma::shard_context::local().opts().connection;
+    lo.connection->region = srv.exported.descriptor();
+    srv.rc.emplace(rdma::listen_rc(at.rc, lo));
+    for (const auto& ra : at.rings) {
+        start_ring_server(ra, ring_capacity);
+    }
+    start_fan_in_server(at.fan_in, ring_capacity);
+    bench::start_pool_bench_server(at.pool);
+    (void)keep_doing([] {
+        return srv.rc->accept().then([](rdma::connection c) { srv.keep.push_back(std::move(c)); });
+    }).handle_exception([](std::exception_ptr) {});
+}
+
+/// The round trips: stream (`sizes`) and one-sided READ (`read_sizes`, at most `bw_size`).
+struct latencies {
+    std::vector<latency_row> rtt, read;
+};
+
+future<latencies> measure_latencies(bench_addresses at, std::string sizes, std::string read_sizes,
+                                    size_t bw_size, unsigned iterations) {
+    latencies l;
+    for (const std::string& one : split_sizes(sizes)) {
+        auto before = local_reactor().stats();
+        auto cbefore = rdma::shard_context::local().stats();
+        future<latency_row> row = measure_rtt(at.stream, parse_size(one), iterations);
+        l.rtt.push_back(co_await std::move(row));
+        auto after = local_reactor().stats();
+        auto cafter = rdma::shard_context::local().stats();
+        std::fprintf(stderr,
+                     "client shard during %s B: %lu loops, %lu sleeps, %lu CQ events, %lu arms, %lu posts\n",
+                     one.c_str(), after.loops - before.loops, after.sleeps - before.sleeps,
+                     cafter.cq.cq_events - cbefore.cq.cq_events, cafter.cq.arms - cbefore.cq.arms,
+                     cafter.post_send_calls - cbefore.post_send_calls);
+    }
+    for (const std::string& one : split_sizes(read_sizes)) {
+        size_t size = std::min(parse_size(one), bw_size);
+        future<latency_row> row = measure_read_lat(at.rc, size, iterations);
+        l.read.push_back(co_await std::move(row));
+    }
+    co_return l;
+}
+
+/// The throughput rows.
+struct throughputs {
+    double stream_mbps = 0; ///< stream, one way, bw_size writes
+    double write_mbps = 0;  ///< one-sided WRITE, bw_size, 4 deep
+    /// Small records one way, per ring size: ring channel and stream messages per second.
+    std::vector<std::pair<double, double>> ring_rows;
+    std::vector<double> doorbells_per_record; ///< the ring consumer's receive completions per record
+    double fan_in_rate = 0;                   ///< four producers into one consumer, 64 B records
+    struct pool_row {
+        size_t size;
+        double write_mbps, read_mbps;
+    };
+    std::vector<pool_row> pool_rows; ///< the remote memory pool: leased slices, 4 deep
+};
+
+future<throughputs> measure_throughputs(bench_addresses at, size_t bw_size, double seconds,
+                                        unsigned ring_depth, unsigned server_shard) {
+    throughputs t;
+    future<double> sbw = measure_stream_bw(at.drain, bw_size, seconds);
+    t.stream_mbps = co_await std::move(sbw);
+    future<double> wbw = measure_write_bw(at.rc, bw_size, seconds, 4);
+    t.write_mbps = co_await std::move(wbw);
+    // Small records one way: the ring channel (one WRITE_WITH_IMM each) against the stream
+    // (writes gathered into large messages), side by side.
+    for (size_t i = 0; i < ring_sizes.size(); ++i) {
+        future<double> rr = measure_ring_rate(at.rings[i], ring_sizes[i], seconds, ring_depth);
+        double ring_rate = co_await std::move(rr);
+        future<double> sr = measure_stream_rate(at.drain, ring_sizes[i], seconds);
+        double stream_rate = co_await std::move(sr);
+        t.ring_rows.emplace_back(ring_rate, stream_rate);
+        future<double> dpr = submit_to(server_shard, [i] {
+            const auto& st = ring_servers[i]->ring->stats();
+            return st.messages ? double(st.doorbells) / double(st.messages) : 0.0;
+        });
+        t.doorbells_per_record.push_back(co_await std::move(dpr));
+    }
+    future<double> fr = measure_fan_in_rate(at.fan_in, 64, seconds, ring_depth / 4);
+    t.fan_in_rate = co_await std::move(fr);
+    for (size_t size : {size_t(4096), size_t(1) << 20}) {
+        future<double> pw = bench::measure_pool_bw(at.pool, size, true, seconds, 4);
+        double w = co_await std::move(pw);
+        future<double> pr = bench::measure_pool_bw(at.pool, size, false, seconds, 4);
+        double r = co_await std::move(pr);
+        t.pool_rows.push_back({size, w, r});
+    }
+    co_return t;
+}
+
+/// Every row as one JSON object.
+void print_json(const latencies& l, const throughputs& t, size_t bw_size) {
+    std::printf("{");
+    print_latency_json(l.rtt, l.read);
+    std::printf(", \"ring_polls\": %s, \"ring_api\": \"%s\", \"ring_vs_stream\": [",
+                ring_opts.poll ? "true" : "false", ring_use_send ? "send" : "write");
+    for (size_t i = 0; i < t.ring_rows.size(); ++i) {
+        std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
+                    "\"ring_doorbells_per_msg\": %.3f}",
+                    i ? ", " : "", ring_sizes[i], t.ring_rows[i].first, t.ring_rows[i].second,
+                    t.doorbells_per_record[i]);
+    }
+    std::printf("], \"fan_in_4x64B_msgs_per_s\": %.0f, \"pool\": [", t.fan_in_rate);
+    for (size_t i = 0; i < t.pool_rows.size(); ++i) {
+        std::printf("%s{\"size\": %zu, \"remote_write_MBps\": %.1f, \"remote_read_MBps\": %.1f}",
+                    i ? ", " : "", t.pool_rows[i].size, t.pool_rows[i].write_mbps, t.pool_rows[i].read_mbps);
+    }
+    std::printf("], \"stream_MBps\": %.1f, \"write_MBps\": %.1f, \"bw_size\": %zu}\n", t.stream_mbps,
+                t.write_mbps, bw_size);
+}
+
+/// Every row as a table.
+void print_text(const latencies& l, const throughputs& t, size_t bw_size) {
+    print_latency_text(l.rtt, l.read);
+    std::printf("%-28s %10.1f MB/s\n", fmt::format("stream one way, {} B writes", bw_size).c_str(),
+                t.stream_mbps);
+    std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
+                t.write_mbps);
+    std::printf("%-28s %14s %14s %8s %12s\n",
+                fmt::format("one way, records ({}{})", ring_use_send ? "send" : "write",
+                            ring_opts.poll ? ", polls" : "")
+                    .c_str(),
+                "ring msg/s", "stream msg/s", "ring/str", "imm/record");
+    for (size_t i = 0; i < t.ring_rows.size(); ++i) {
+        std::printf("%-28s %14.0f %14.0f %8.2f %12.3f\n", fmt::format("  {} B", ring_sizes[i]).c_str(),
+                    t.ring_rows[i].first, t.ring_rows[i].second,
+                    t.ring_rows[i].second > 0 ? t.ring_rows[i].first / t.ring_rows[i].second : 0.0,
+                    t.doorbells_per_record[i]);
+    }
+    std::printf("%-28s %14.0f %14.0f %8.2f\n", "  64 B, ring_fan_in 4 prod.", t.fan_in_rate,
+                t.ring_rows[0].second,
+                t.ring_rows[0].second > 0 ? t.fan_in_rate / t.ring_rows[0].second : 0.0);
+    std::printf("%-28s %14s %14s\n", "remote pool, 4 deep", "write MB/s", "read MB/s");
+    for (const auto& r : t.pool_rows) {
+        std::printf("%-28s %14.1f %14.1f\n", fmt::format("  {} B", r.size).c_str(), r.write_mbps,
+                    r.read_mbps);
+    }
+}
+
+void add_bench_options(app& a) {
     rdma::add_options(a);
     a.add_option("ip", "the RDMA device's IP address (default: $SHOAL_RDMA_IP)");
     a.add_option("iterations", "round trips per size", "2000");
@@ -403,6 +585,13 @@ int main(int argc, char** argv) {
     a.add_flag("json", "print JSON");
     a.add_flag("ring-poll", "ring consumers poll their commit index (ring_consumer_options::poll)");
     a.add_option("server-shard", "shard of the servers (the client runs on shard 0)", "1");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    app a("shoal-bench-rdma", "RDMA stream and one-sided throughput/latency in one process");
+    add_bench_options(a);
     if (auto rc = a.parse(argc, argv)) {
         return *rc;
     }
@@ -415,170 +604,31 @@ int main(int argc, char** argv) {
     return run_shards(so, [&]() -> future<int> {
         future<std::string> started = bench::start_rdma(a);
         const std::string ip = co_await std::move(started);
-        auto stream_addr = net::socket_address::from_host_port(ip, 18515);
-        auto rc_addr = net::socket_address::from_host_port(ip, 18516);
-        auto drain_addr = net::socket_address::from_host_port(ip, 18517);
+        const bench_addresses at = addresses_on(ip);
         size_t bw_size = parse_size(a.get("bw-size"));
-        // Server on shard 1: echo/drain streams, and a region for one-sided writes.
-        // Ring channels for the small-record comparison: one ring (and port) per record size.
-        const std::array<size_t, 4> ring_sizes = {64, 1024, 4096, 65536};
-        const size_t ring_capacity = size_t(1) << 20;
-        std::array<net::socket_address, 4> ring_addrs;
-        for (size_t i = 0; i < ring_addrs.size(); ++i) {
-            ring_addrs[i] = net::socket_address::from_host_port(ip, uint16_t(18520 + i));
-        }
-        std::array<net::socket_address, 4> fan_addrs;
-        for (size_t i = 0; i < fan_addrs.size(); ++i) {
-            fan_addrs[i] = net::socket_address::from_host_port(ip, uint16_t(18530 + i));
-        }
-        const auto pool_addr = net::socket_address::from_host_port(ip, 18540);
         // Only trivially destructible captures: GCC 12 may destroy a lambda temporary inside a
         // co_await expression twice (a string captured here crashed with a double free).
-        future<> servers_up = submit_to(server_shard, [stream_addr, rc_addr, drain_addr, bw_size, ring_addrs,
-                                                       ring_capacity, fan_addrs, pool_addr] {
-            srv.sock.emplace(rdma::listen(stream_addr));
-            (void)keep_doing([] {
-                return srv.sock->accept().then(
-                    [](net::accept_result r) { (void)echo_forever(std::move(r.connection)); });
-            }).handle_exception([](std::exception_ptr) {});
-            srv.drain.emplace(rdma::listen(drain_addr));
-            (void)keep_doing([] {
-                return srv.drain->accept().then(
-                    [](net::accept_result r) { (void)drain_forever(std::move(r.connection)); });
-            }).handle_exception([](std::exception_ptr) {});
-            srv.mem = rdma::shard_context::local().pool().allocate(bw_size);
-            srv.exported =
-                rdma::export_region(srv.mem, rdma::access::remote_write | rdma::access::remote_read);
-            rdma::listen_options lo;
-            lo.connection = rdma::shard_context::local().opts().connection;
-            lo.connection->region = srv.exported.descriptor();
-            srv.rc.emplace(rdma::listen_rc(rc_addr, lo));
-            for (const auto& ra : ring_addrs) {
-                start_ring_server(ra, ring_capacity);
-            }
-            start_fan_in_server(fan_addrs, ring_capacity);
-            bench::start_pool_bench_server(pool_addr);
-            (void)keep_doing([] {
-                return srv.rc->accept().then([](rdma::connection c) { srv.keep.push_back(std::move(c)); });
-            }).handle_exception([](std::exception_ptr) {});
-        });
+        future<> servers_up = submit_to(server_shard, [at, bw_size] { start_servers(at, bw_size); });
         co_await std::move(servers_up);
-        std::vector<latency_row> lat;
-        unsigned iterations = unsigned(a.get_size("iterations"));
-        for (const std::string& one : split_sizes(a.get("sizes"))) {
-            auto before = local_reactor().stats();
-            auto cbefore = rdma::shard_context::local().stats();
-            future<latency_row> row = measure_rtt(stream_addr, parse_size(one), iterations);
-            lat.push_back(co_await std::move(row));
-            auto after = local_reactor().stats();
-            auto cafter = rdma::shard_context::local().stats();
-            std::fprintf(
-                stderr,
-                "client shard during %s B: %lu loops, %lu sleeps, %lu CQ events, %lu arms, %lu posts\n",
-                one.c_str(), after.loops - before.loops, after.sleeps - before.sleeps,
-                cafter.cq.cq_events - cbefore.cq.cq_events, cafter.cq.arms - cbefore.cq.arms,
-                cafter.post_send_calls - cbefore.post_send_calls);
-        }
-        std::vector<latency_row> read_lat;
-        for (const std::string& one : split_sizes(a.get("read-sizes"))) {
-            size_t size = std::min(parse_size(one), bw_size);
-            future<latency_row> row = measure_read_lat(rc_addr, size, iterations);
-            read_lat.push_back(co_await std::move(row));
-        }
+        future<latencies> measured = measure_latencies(at, a.get("sizes"), a.get("read-sizes"), bw_size,
+                                                       unsigned(a.get_size("iterations")));
+        const latencies l = co_await std::move(measured);
         if (a.has("latency-only")) {
             if (a.has("json")) {
                 std::printf("{");
-                print_latency_json(lat, read_lat);
+                print_latency_json(l.rtt, l.read);
                 std::printf("}\n");
             } else {
-                print_latency_text(lat, read_lat);
+                print_latency_text(l.rtt, l.read);
             }
-            co_await stop_servers(server_shard);
-            co_await rdma::stop();
-            co_return 0;
-        }
-        double seconds = std::stod(a.get("seconds"));
-        const unsigned ring_depth = unsigned(a.get_size("ring-depth"));
-        future<double> sbw = measure_stream_bw(drain_addr, bw_size, seconds);
-        double stream_mbps = co_await std::move(sbw);
-        future<double> wbw = measure_write_bw(rc_addr, bw_size, seconds, 4);
-        double write_mbps = co_await std::move(wbw);
-        // Small records one way: the ring channel (one WRITE_WITH_IMM each) against the stream
-        // (writes gathered into large messages), side by side.
-        std::vector<std::pair<double, double>> ring_rows;
-        std::vector<double> doorbells_per_record; // the consumer's receive completions per record
-        for (size_t i = 0; i < ring_sizes.size(); ++i) {
-            future<double> rr = measure_ring_rate(ring_addrs[i], ring_sizes[i], seconds, ring_depth);
-            double ring_rate = co_await std::move(rr);
-            future<double> sr = measure_stream_rate(drain_addr, ring_sizes[i], seconds);
-            double stream_rate = co_await std::move(sr);
-            ring_rows.emplace_back(ring_rate, stream_rate);
-            future<double> dpr = submit_to(server_shard, [i] {
-                const auto& st = ring_servers[i]->ring->stats();
-                return st.messages ? double(st.doorbells) / double(st.messages) : 0.0;
-            });
-            doorbells_per_record.push_back(co_await std::move(dpr));
-        }
-        // Four producers into one consumer (ring_fan_in), 64 B records.
-        future<double> fr = measure_fan_in_rate(fan_addrs, 64, seconds, ring_depth / 4);
-        const double fan_in_rate = co_await std::move(fr);
-        // The remote memory pool: remote_write / remote_read of leased slices, 4 deep.
-        struct pool_row {
-            size_t size;
-            double write_mbps, read_mbps;
-        };
-        std::vector<pool_row> pool_rows;
-        for (size_t size : {size_t(4096), size_t(1) << 20}) {
-            future<double> pw = bench::measure_pool_bw(pool_addr, size, true, seconds, 4);
-            double w = co_await std::move(pw);
-            future<double> pr = bench::measure_pool_bw(pool_addr, size, false, seconds, 4);
-            double r = co_await std::move(pr);
-            pool_rows.push_back({size, w, r});
-        }
-        if (a.has("json")) {
-            std::printf("{");
-            print_latency_json(lat, read_lat);
-            std::printf(", \"ring_polls\": %s, \"ring_api\": \"%s\", \"ring_vs_stream\": [",
-                        ring_opts.poll ? "true" : "false", ring_use_send ? "send" : "write");
-            for (size_t i = 0; i < ring_rows.size(); ++i) {
-                std::printf("%s{\"size\": %zu, \"ring_msgs_per_s\": %.0f, \"stream_msgs_per_s\": %.0f, "
-                            "\"ring_doorbells_per_msg\": %.3f}",
-                            i ? ", " : "", ring_sizes[i], ring_rows[i].first, ring_rows[i].second,
-                            doorbells_per_record[i]);
-            }
-            std::printf("], \"fan_in_4x64B_msgs_per_s\": %.0f, \"pool\": [", fan_in_rate);
-            for (size_t i = 0; i < pool_rows.size(); ++i) {
-                std::printf("%s{\"size\": %zu, \"remote_write_MBps\": %.1f, \"remote_read_MBps\": %.1f}",
-                            i ? ", " : "", pool_rows[i].size, pool_rows[i].write_mbps,
-                            pool_rows[i].read_mbps);
-            }
-            std::printf("], \"stream_MBps\": %.1f, \"write_MBps\": %.1f, \"bw_size\": %zu}\n", stream_mbps,
-                        write_mbps, bw_size);
         } else {
-            print_latency_text(lat, read_lat);
-            std::printf("%-28s %10.1f MB/s\n", fmt::format("stream one way, {} B writes", bw_size).c_str(),
-                        stream_mbps);
-            std::printf("%-28s %10.1f MB/s\n", fmt::format("RDMA WRITE, {} B, 4 deep", bw_size).c_str(),
-                        write_mbps);
-            std::printf("%-28s %14s %14s %8s %12s\n",
-                        fmt::format("one way, records ({}{})", ring_use_send ? "send" : "write",
-                                    ring_opts.poll ? ", polls" : "")
-                            .c_str(),
-                        "ring msg/s", "stream msg/s", "ring/str", "imm/record");
-            for (size_t i = 0; i < ring_rows.size(); ++i) {
-                std::printf("%-28s %14.0f %14.0f %8.2f %12.3f\n",
-                            fmt::format("  {} B", ring_sizes[i]).c_str(), ring_rows[i].first,
-                            ring_rows[i].second,
-                            ring_rows[i].second > 0 ? ring_rows[i].first / ring_rows[i].second : 0.0,
-                            doorbells_per_record[i]);
-            }
-            std::printf("%-28s %14.0f %14.0f %8.2f\n", "  64 B, ring_fan_in 4 prod.", fan_in_rate,
-                        ring_rows[0].second,
-                        ring_rows[0].second > 0 ? fan_in_rate / ring_rows[0].second : 0.0);
-            std::printf("%-28s %14s %14s\n", "remote pool, 4 deep", "write MB/s", "read MB/s");
-            for (const auto& r : pool_rows) {
-                std::printf("%-28s %14.1f %14.1f\n", fmt::format("  {} B", r.size).c_str(), r.write_mbps,
-                            r.read_mbps);
+            future<throughputs> rows = measure_throughputs(at, bw_size, std::stod(a.get("seconds")),
+                                                           unsigned(a.get_size("ring-depth")), server_shard);
+            const throughputs t = co_await std::move(rows);
+            if (a.has("json")) {
+                print_json(l, t, bw_size);
+            } else {
+                print_text(l, t, bw_size);
             }
         }
         co_await stop_servers(server_shard);

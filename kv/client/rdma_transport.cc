@@ -494,71 +494,28 @@ future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::
     co_await connect_all();
     const unsigned shard = shard_of_key(key);
     location loc;
-    bool from_cache = false; // this READ is of a cached location (no control round trip)
+    // This READ is of a cached location (no control round trip). A gat asks the server; so does
+    // a GET whose cached record is too long for `dst` (it may have shrunk since).
+    bool from_cache = false;
     if (const location* at = touch ? nullptr : _cache.find(key); at && (!into_dst || at->len <= dst.length)) {
-        loc = *at; // (a record too long for `dst` may have shrunk since: ask the server)
+        loc = *at;
         from_cache = true;
     }
     for (unsigned round = 0;;) {
         if (!from_cache) {
-            if (round > _opts.read_retries) {
-                fail(client_errc::server, "the value of '" + key + "' changed under every READ");
-            }
-            wire::request q;
-            q.code = touch ? wire::op::gat : wire::op::get;
-            // A READ raced a change: through the server. A gat's value comes inline too: a READ
-            // of a record touched into the past would find it expired.
-            q.options = round++ > 0 || touch ? wire::want_inline : 0;
-            q.exptime = touch.value_or(0);
-            if (_opts.inline_get_max) {
-                q.options |= wire::client_inline_limit;
-                q.value_len = *_opts.inline_get_max;
-            }
-            ++_stats.control_gets;
-            reply r = co_await call(shard, q, key, {});
+            reply r = co_await call(shard, get_request(key, touch, round++), key, {});
             if (r.h.code == wire::status::not_found) {
                 co_return std::nullopt;
             }
-            if (r.h.code != wire::status::ok) {
-                fail(client_errc::server, "GET answered status " + std::to_string(unsigned(r.h.code)));
-            }
-            remember(key, r.h, shard);
-            if (r.h.is_inline) {
-                ++_stats.inline_values;
-                if constexpr (!into_dst) {
-                    co_return fetched_value{std::move(r.value), r.h.flags, r.h.version};
-                } else {
-                    std::optional<placed_value> placed = copy_into(dst, r.value, r.h.flags, r.h.version);
-                    if (!placed) {
-                        throw client_error(client_errc::bad_request, _index,
-                                           name() + ": get_into: the value of '" + key + "' has " +
-                                               std::to_string(r.value.size()) + " bytes, the buffer " +
-                                               std::to_string(dst.length),
-                                           r.value.size());
-                    }
-                    co_return *placed;
-                }
-            }
-            loc = location{r.h.addr, r.h.rkey, r.h.len, shard};
-            if (into_dst && loc.len > dst.length) {
-                throw client_error(client_errc::bad_request, _index,
-                                   name() + ": get_into: the record of '" + key + "' has " +
-                                       std::to_string(loc.len) + " bytes (get_into_capacity), the buffer " +
-                                       std::to_string(dst.length),
-                                   loc.len);
+            if (std::optional<Result> v = take_get_reply<Result>(key, shard, r, dst, loc)) {
+                co_return std::move(v);
             }
         }
         // The READ, in this coroutine (not one of its own): its completion resumes the GET
         // directly, one task hand-off less per GET.
         std::shared_ptr<shard_conn> s = _shards[loc.shard];
         rdma::buffer b; // without `dst`: a pool buffer of our own
-        rdma::local_span into;
-        if constexpr (into_dst) {
-            into = rdma::local_span{dst.addr, loc.len, dst.lkey, dst.hold};
-        } else {
-            b = rdma::shard_context::local().pool().allocate(loc.len);
-            into = rdma::span_of(b, 0, loc.len);
-        }
+        rdma::local_span into = read_target<Result>(loc, dst, b);
         ++_stats.reads;
         if (timing) {
             timing->posted = std::chrono::steady_clock::now();
@@ -575,25 +532,11 @@ future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::
         if (timing) {
             timing->completed = std::chrono::steady_clock::now();
         }
-        std::optional<record::view> v = decode(into_dst ? dst.addr : b.data(), loc.len, key);
-        if (v && from_cache) {
-            ++_stats.direct_reads;
-            if (timing) {
-                auto ns = [](auto d) { return uint64_t(std::chrono::nanoseconds(d).count()); };
-                ++_stats.timed_gets;
-                _stats.timed_before_ns += ns(timing->posted - timing->start);
-                _stats.timed_read_ns += ns(timing->completed - timing->posted);
-                _stats.timed_after_ns += ns(std::chrono::steady_clock::now() - timing->completed);
+        if (std::optional<record::view> v = decode(into_dst ? dst.addr : b.data(), loc.len, key)) {
+            if (from_cache) {
+                count_direct_read(timing);
             }
-        }
-        if (v) {
-            if constexpr (into_dst) {
-                ++_stats.zero_copy_gets;
-                co_return placed_value{size_t(v->value.data() - dst.addr), v->value.size(), v->flags,
-                                       v->version};
-            } else {
-                co_return fetched_value{std::string(v->value), v->flags, v->version};
-            }
+            co_return value_read<Result>(*v, dst);
         }
         if (from_cache) {
             ++_stats.cache_misses;
@@ -601,6 +544,92 @@ future<std::optional<Result>> rdma_transport::read_value(std::string key, rdma::
         from_cache = false;
         timing.reset(); // only GETs served by their cached location are timed
         _cache.erase(key);
+    }
+}
+
+wire::request rdma_transport::get_request(const std::string& key, std::optional<int64_t> touch,
+                                          unsigned round) {
+    if (round > _opts.read_retries) {
+        fail(client_errc::server, "the value of '" + key + "' changed under every READ");
+    }
+    ++_stats.control_gets;
+    wire::request q;
+    q.code = touch ? wire::op::gat : wire::op::get;
+    // A READ raced a change: through the server. A gat's value comes inline too: a READ of a
+    // record touched into the past would find it expired.
+    q.options = round > 0 || touch ? wire::want_inline : 0;
+    q.exptime = touch.value_or(0);
+    if (_opts.inline_get_max) {
+        q.options |= wire::client_inline_limit;
+        q.value_len = *_opts.inline_get_max;
+    }
+    return q;
+}
+
+template <typename Result>
+std::optional<Result> rdma_transport::take_get_reply(const std::string& key, unsigned shard, reply& r,
+                                                     const rdma::local_span& dst, location& loc) {
+    constexpr bool into_dst = std::is_same_v<Result, placed_value>;
+    if (r.h.code != wire::status::ok) {
+        fail(client_errc::server, "GET answered status " + std::to_string(unsigned(r.h.code)));
+    }
+    remember(key, r.h, shard);
+    if (r.h.is_inline) {
+        ++_stats.inline_values;
+        if constexpr (!into_dst) {
+            return fetched_value{std::move(r.value), r.h.flags, r.h.version};
+        } else {
+            std::optional<placed_value> placed = copy_into(dst, r.value, r.h.flags, r.h.version);
+            if (!placed) {
+                throw client_error(client_errc::bad_request, _index,
+                                   name() + ": get_into: the value of '" + key + "' has " +
+                                       std::to_string(r.value.size()) + " bytes, the buffer " +
+                                       std::to_string(dst.length),
+                                   r.value.size());
+            }
+            return placed;
+        }
+    }
+    loc = location{r.h.addr, r.h.rkey, r.h.len, shard};
+    if (into_dst && loc.len > dst.length) {
+        throw client_error(client_errc::bad_request, _index,
+                           name() + ": get_into: the record of '" + key + "' has " + std::to_string(loc.len) +
+                               " bytes (get_into_capacity), the buffer " + std::to_string(dst.length),
+                           loc.len);
+    }
+    return std::nullopt;
+}
+
+template <typename Result>
+rdma::local_span rdma_transport::read_target(const location& loc, const rdma::local_span& dst,
+                                             rdma::buffer& b) {
+    if constexpr (std::is_same_v<Result, placed_value>) {
+        return rdma::local_span{dst.addr, loc.len, dst.lkey, dst.hold};
+    } else {
+        b = rdma::shard_context::local().pool().allocate(loc.len);
+        return rdma::span_of(b, 0, loc.len);
+    }
+}
+
+void rdma_transport::count_direct_read(const std::optional<get_timing>& timing) noexcept {
+    ++_stats.direct_reads;
+    if (!timing) {
+        return;
+    }
+    auto ns = [](auto d) { return uint64_t(std::chrono::nanoseconds(d).count()); };
+    ++_stats.timed_gets;
+    _stats.timed_before_ns += ns(timing->posted - timing->start);
+    _stats.timed_read_ns += ns(timing->completed - timing->posted);
+    _stats.timed_after_ns += ns(std::chrono::steady_clock::now() - timing->completed);
+}
+
+template <typename Result>
+Result rdma_transport::value_read(const record::view& v, const rdma::local_span& dst) {
+    if constexpr (std::is_same_v<Result, placed_value>) {
+        ++_stats.zero_copy_gets;
+        return placed_value{size_t(v.value.data() - dst.addr), v.value.size(), v.flags, v.version};
+    } else {
+        return fetched_value{std::string(v.value), v.flags, v.version};
     }
 }
 

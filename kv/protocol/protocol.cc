@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
 
 namespace shoal::kv {
 
@@ -273,6 +274,45 @@ parse_result parse_get(size_t line_end, const tokens& t, request& out) {
     return ready(line_end);
 }
 
+/// The argument of meta flag `o` (N T F C M J D; `tok` is the flag and its argument) into `out`:
+/// nullopt when it is fine, else the error it leaves (the flags are parsed on; the last error is
+/// the reply). `fallback`: F's error.
+std::optional<std::string_view> meta_flag_argument(char o, std::string_view tok, request& out,
+                                                   std::string_view fallback) {
+    std::string_view arg = tok.substr(1);
+    switch (o) {
+    case 'N':
+    case 'T': {
+        int32_t v = 0;
+        if (!safe_strtol32(arg, &v)) {
+            return r_bad_token;
+        }
+        if (o == 'N') {
+            out.vivify = true;
+            out.vivify_ttl = v;
+        } else {
+            out.has_ttl = true;
+            out.exptime = v;
+        }
+        return std::nullopt;
+    }
+    case 'F':
+        return safe_strtoul32(arg, &out.client_flags) ? std::nullopt : std::optional(fallback);
+    case 'C':
+        return safe_strtoull(arg, &out.cas_unique) ? std::nullopt : std::optional(r_bad_token);
+    case 'M':
+        if (tok.size() != 2) {
+            return r_m_length;
+        }
+        out.mode = tok[1];
+        return std::nullopt;
+    case 'J':
+        return safe_strtoull(arg, &out.initial) ? std::nullopt : std::optional(r_bad_initial);
+    default: // 'D'
+        return safe_strtoull(arg, &out.delta) ? std::nullopt : std::optional(r_bad_delta_value);
+    }
+}
+
 /// memcached's _meta_flag_preparse over the tokens from `start`; "" when the flags are fine,
 /// else the error reply (`fallback` when memcached leaves its default error string).
 std::string_view parse_meta_flags(const tokens& t, size_t start, request& out, std::string_view fallback) {
@@ -285,30 +325,20 @@ std::string_view parse_meta_flags(const tokens& t, size_t start, request& out, s
             return r_duplicate_flag;
         }
         seen[o] = true;
-        std::string_view arg = tok.substr(1);
         switch (o) {
         case 'b':
             return r_decode_key; // base64 keys are not supported: memcached's decode error
-        case 'N': {
-            int32_t v = 0;
-            if (!safe_strtol32(arg, &v)) {
-                err = r_bad_token;
-            } else {
-                out.vivify = true;
-                out.vivify_ttl = v;
+        case 'N':
+        case 'T':
+        case 'F':
+        case 'C':
+        case 'M':
+        case 'J':
+        case 'D':
+            if (std::optional<std::string_view> e = meta_flag_argument(char(o), tok, out, fallback)) {
+                err = *e;
             }
             break;
-        }
-        case 'T': {
-            int32_t v = 0;
-            if (!safe_strtol32(arg, &v)) {
-                err = r_bad_token;
-            } else {
-                out.has_ttl = true;
-                out.exptime = v;
-            }
-            break;
-        }
         case 'R':
         case 'P':
         case 'L':
@@ -339,33 +369,6 @@ std::string_view parse_meta_flags(const tokens& t, size_t start, request& out, s
         case 'q':
             out.noreply = true;
             break;
-        case 'F':
-            if (!safe_strtoul32(arg, &out.client_flags)) {
-                err = fallback;
-            }
-            break;
-        case 'C':
-            if (!safe_strtoull(arg, &out.cas_unique)) {
-                err = r_bad_token;
-            }
-            break;
-        case 'M':
-            if (tok.size() != 2) {
-                err = r_m_length;
-            } else {
-                out.mode = tok[1];
-            }
-            break;
-        case 'J':
-            if (!safe_strtoull(arg, &out.initial)) {
-                err = r_bad_initial;
-            }
-            break;
-        case 'D':
-            if (!safe_strtoull(arg, &out.delta)) {
-                err = r_bad_delta_value;
-            }
-            break;
         default:
             return r_invalid_flag;
         }
@@ -376,6 +379,75 @@ std::string_view parse_meta_flags(const tokens& t, size_t start, request& out, s
 /// md and ma answer every flag error with one text, except an opaque token too long.
 std::string_view md_ma_error(std::string_view err) noexcept {
     return err == r_opaque_too_long ? err : r_ma_flags;
+}
+
+/// ma's mode normalized (I or D); false for a mode ma does not know (`mode` unchanged).
+bool normalize_ma_mode(char& mode) noexcept {
+    switch (mode) {
+    case 'I':
+    case 'i':
+    case '+':
+        mode = 'I';
+        return true;
+    case 'D':
+    case 'd':
+    case '-':
+        mode = 'D';
+        return true;
+    default:
+        return false;
+    }
+}
+
+/// ms's mode normalized (S E A P R); false for a mode ms does not know (`mode` unchanged).
+bool normalize_ms_mode(char& mode) noexcept {
+    switch (mode) {
+    case 'S':
+    case 's':
+        mode = 'S';
+        return true;
+    case 'E':
+    case 'e':
+        mode = 'E';
+        return true;
+    case 'A':
+    case 'a':
+        mode = 'A';
+        return true;
+    case 'P':
+    case 'p':
+        mode = 'P';
+        return true;
+    case 'R':
+    case 'r':
+        mode = 'R';
+        return true;
+    default:
+        return false;
+    }
+}
+
+/// ms: its line (key checked), then its data block.
+parse_result parse_ms(std::string_view in, size_t line_end, const tokens& t, request& out,
+                      const parser_limits& limits) {
+    out.cmd = command::ms;
+    if (t.ntokens() == 3) {
+        return reply(r_bad_format, line_end);
+    }
+    int32_t vlen = 0;
+    if (!safe_strtol32(t.tok[2], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
+        return reply(r_bad_format, line_end);
+    }
+    out.mode = 'S';
+    auto err = parse_meta_flags(t, 3, out, r_bad_format);
+    if (err.empty() && !normalize_ms_mode(out.mode)) {
+        err = r_ms_mode;
+    }
+    if (!err.empty()) {
+        // memcached swallows the data block after a bad ms line.
+        return reply(err, line_end, uint64_t(vlen) + 2);
+    }
+    return data_block(in, line_end, out, vlen, limits, false);
 }
 
 parse_result parse_meta(std::string_view in, size_t line_end, const tokens& t, request& out,
@@ -412,66 +484,11 @@ parse_result parse_meta(std::string_view in, size_t line_end, const tokens& t, r
         if (auto err = parse_meta_flags(t, 2, out, r_bad_format); !err.empty()) {
             return reply(md_ma_error(err), line_end);
         }
-        switch (out.mode) {
-        case 'I':
-        case 'i':
-        case '+':
-            out.mode = 'I';
-            break;
-        case 'D':
-        case 'd':
-        case '-':
-            out.mode = 'D';
-            break;
-        default:
-            return reply(r_ma_mode, line_end);
-        }
-        return ready(line_end);
+        return normalize_ma_mode(out.mode) ? ready(line_end) : reply(r_ma_mode, line_end);
     }
     default:
-        break;
+        return parse_ms(in, line_end, t, out, limits);
     }
-    out.cmd = command::ms;
-    if (t.ntokens() == 3) {
-        return reply(r_bad_format, line_end);
-    }
-    int32_t vlen = 0;
-    if (!safe_strtol32(t.tok[2], &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
-        return reply(r_bad_format, line_end);
-    }
-    out.mode = 'S';
-    auto err = parse_meta_flags(t, 3, out, r_bad_format);
-    if (err.empty()) {
-        switch (out.mode) {
-        case 'S':
-        case 's':
-            out.mode = 'S';
-            break;
-        case 'E':
-        case 'e':
-            out.mode = 'E';
-            break;
-        case 'A':
-        case 'a':
-            out.mode = 'A';
-            break;
-        case 'P':
-        case 'p':
-            out.mode = 'P';
-            break;
-        case 'R':
-        case 'r':
-            out.mode = 'R';
-            break;
-        default:
-            err = r_ms_mode;
-        }
-    }
-    if (!err.empty()) {
-        // memcached swallows the data block after a bad ms line.
-        return reply(err, line_end, uint64_t(vlen) + 2);
-    }
-    return data_block(in, line_end, out, vlen, limits, false);
 }
 
 parse_result close_connection() noexcept {
@@ -480,134 +497,112 @@ parse_result close_connection() noexcept {
     return r;
 }
 
-} // namespace
+/// Whether the line has from `lo` to `hi` of memcached's ntokens.
+bool ntokens_in(const tokens& t, size_t lo, size_t hi) noexcept {
+    return t.ntokens() >= lo && t.ntokens() <= hi;
+}
 
-parse_result parse_request(std::string_view in, request& out, const parser_limits& limits) {
-    out.reset();
-    if (!in.empty() && in[0] == binary_request_magic) {
-        // A binary-protocol client: without binary support no reply can be framed for it, and
-        // waiting for a line end would hang it. Closing tells it at once.
-        return close_connection();
+/// Input `in` without a line end yet: wait for more, or close when the line is too long already.
+parse_result without_line_end(std::string_view in, const parser_limits& limits) noexcept {
+    if (in.size() <= limits.max_line) {
+        return parse_result{};
     }
-    size_t nl = in.find('\n');
-    if (nl == std::string_view::npos) {
-        if (in.size() <= limits.max_line) {
-            return parse_result{};
-        }
-        // Only a large multi-get may have a line this long (memcached's rule).
-        size_t sp = in.find_first_not_of(' ');
-        std::string_view head = in.substr(std::min(sp, in.size()));
-        bool is_get_line = sp <= 100 && (head.substr(0, 4) == "get " || head.substr(0, 5) == "gets ");
-        if (is_get_line && in.size() <= limits.max_get_line) {
-            return parse_result{};
-        }
-        return close_connection();
+    // Only a large multi-get may have a line this long (memcached's rule).
+    size_t sp = in.find_first_not_of(' ');
+    std::string_view head = in.substr(std::min(sp, in.size()));
+    bool is_get_line = sp <= 100 && (head.substr(0, 4) == "get " || head.substr(0, 5) == "gets ");
+    if (is_get_line && in.size() <= limits.max_get_line) {
+        return parse_result{};
     }
-    size_t line_end = nl + 1;
-    std::string_view line = in.substr(0, nl);
-    if (line.size() > 1 && line.back() == '\r') {
-        line.remove_suffix(1);
-    }
-    if (size_t nul = line.find('\0'); nul != std::string_view::npos) {
-        line = line.substr(0, nul);
-    }
-    tokens t;
-    tokenize(line, t);
-    if (t.count == 0 || t.tok[0].size() < 2) {
+    return close_connection();
+}
+
+/// A command starting with 'g': get, gets, gat and gats.
+parse_result parse_get_command(std::string_view c, size_t line_end, const tokens& t, request& out) {
+    if (c == "get") {
+        out.cmd = command::get;
+    } else if (c == "gets") {
+        out.cmd = command::gets;
+    } else if (c == "gat") {
+        out.cmd = command::gat;
+    } else if (c == "gats") {
+        out.cmd = command::gats;
+    } else {
         return reply(r_error, line_end);
     }
-    std::string_view c = t.tok[0];
+    if (t.ntokens() < 3) {
+        return reply(r_error, line_end);
+    }
+    return parse_get(line_end, t, out);
+}
+
+/// incr and decr.
+parse_result parse_delta(std::string_view c, size_t line_end, const tokens& t, request& out) {
+    if (!ntokens_in(t, 4, 5)) {
+        return reply(r_error, line_end);
+    }
+    out.cmd = c == "incr" ? command::incr : command::decr;
+    out.noreply = noreply_of(t);
+    out.key = t.tok[1];
+    if (out.key.size() > max_key_length) {
+        return reply_unless(out.noreply, r_bad_format, line_end);
+    }
+    if (!safe_strtoull(t.tok[2], &out.delta)) {
+        return reply_unless(out.noreply, r_bad_delta, line_end);
+    }
+    return ready(line_end);
+}
+
+parse_result parse_delete(size_t line_end, const tokens& t, request& out) {
     size_t nt = t.ntokens();
-    if (c[0] == 'm' && c.size() == 2) {
-        return parse_meta(in, line_end, t, out, limits);
+    if (!ntokens_in(t, 3, 5)) {
+        return reply(r_error, line_end);
     }
-    auto want = [&](size_t lo, size_t hi) { return nt >= lo && nt <= hi; };
-    if (c[0] == 'g') {
-        if (c == "get") {
-            out.cmd = command::get;
-        } else if (c == "gets") {
-            out.cmd = command::gets;
-        } else if (c == "gat") {
-            out.cmd = command::gat;
-        } else if (c == "gats") {
-            out.cmd = command::gats;
-        } else {
-            return reply(r_error, line_end);
+    out.cmd = command::del;
+    if (nt > 3) {
+        bool hold_is_zero = t.tok[2] == "0";
+        bool sets_noreply = noreply_of(t);
+        out.noreply = sets_noreply;
+        bool valid = (nt == 4 && (hold_is_zero || sets_noreply)) || (nt == 5 && hold_is_zero && sets_noreply);
+        if (!valid) {
+            return reply_unless(out.noreply, r_delete_usage, line_end);
         }
-        if (nt < 3) {
-            return reply(r_error, line_end);
-        }
-        return parse_get(line_end, t, out);
     }
-    if (c == "set" || c == "add" || c == "replace" || c == "append" || c == "prepend" || c == "cas") {
-        out.cmd = c == "set"       ? command::set
-                  : c == "add"     ? command::add
-                  : c == "replace" ? command::replace
-                  : c == "append"  ? command::append
-                  : c == "prepend" ? command::prepend
-                                   : command::cas;
-        return parse_storage(in, line_end, t, out, limits);
+    out.key = t.tok[1];
+    if (out.key.size() > max_key_length) {
+        return reply_unless(out.noreply, r_bad_format, line_end);
     }
-    if (c == "incr" || c == "decr") {
-        if (!want(4, 5)) {
-            return reply(r_error, line_end);
-        }
-        out.cmd = c == "incr" ? command::incr : command::decr;
-        out.noreply = noreply_of(t);
-        out.key = t.tok[1];
-        if (out.key.size() > max_key_length) {
-            return reply_unless(out.noreply, r_bad_format, line_end);
-        }
-        if (!safe_strtoull(t.tok[2], &out.delta)) {
-            return reply_unless(out.noreply, r_bad_delta, line_end);
-        }
-        return ready(line_end);
+    return ready(line_end);
+}
+
+parse_result parse_touch(size_t line_end, const tokens& t, request& out) {
+    if (!ntokens_in(t, 4, 5)) {
+        return reply(r_error, line_end);
     }
-    if (c == "delete") {
-        if (!want(3, 5)) {
-            return reply(r_error, line_end);
-        }
-        out.cmd = command::del;
-        if (nt > 3) {
-            bool hold_is_zero = t.tok[2] == "0";
-            bool sets_noreply = noreply_of(t);
-            out.noreply = sets_noreply;
-            bool valid =
-                (nt == 4 && (hold_is_zero || sets_noreply)) || (nt == 5 && hold_is_zero && sets_noreply);
-            if (!valid) {
-                return reply_unless(out.noreply, r_delete_usage, line_end);
-            }
-        }
-        out.key = t.tok[1];
-        if (out.key.size() > max_key_length) {
-            return reply_unless(out.noreply, r_bad_format, line_end);
-        }
-        return ready(line_end);
+    out.cmd = command::touch;
+    out.noreply = noreply_of(t);
+    out.key = t.tok[1];
+    if (out.key.size() > max_key_length) {
+        return reply_unless(out.noreply, r_bad_format, line_end);
     }
-    if (c == "touch") {
-        if (!want(4, 5)) {
-            return reply(r_error, line_end);
-        }
-        out.cmd = command::touch;
-        out.noreply = noreply_of(t);
-        out.key = t.tok[1];
-        if (out.key.size() > max_key_length) {
-            return reply_unless(out.noreply, r_bad_format, line_end);
-        }
-        int32_t exptime = 0;
-        if (!safe_strtol32(t.tok[2], &exptime)) {
-            return reply_unless(out.noreply, r_bad_exptime, line_end);
-        }
-        out.exptime = exptime;
-        return ready(line_end);
+    int32_t exptime = 0;
+    if (!safe_strtol32(t.tok[2], &exptime)) {
+        return reply_unless(out.noreply, r_bad_exptime, line_end);
     }
+    out.exptime = exptime;
+    return ready(line_end);
+}
+
+/// The commands about no key (flush_all, stats, version, verbosity, quit), else an error (or a
+/// hang-up for an HTTP request line).
+parse_result parse_keyless(std::string_view c, size_t line_end, const tokens& t, request& out) {
     if (c == "flush_all") {
-        if (!want(2, 4)) {
+        if (!ntokens_in(t, 2, 4)) {
             return reply(r_error, line_end);
         }
         out.cmd = command::flush_all;
         out.noreply = noreply_of(t);
-        if (nt != (out.noreply ? 3u : 2u)) {
+        if (t.ntokens() != (out.noreply ? 3u : 2u)) {
             int32_t exptime = 0;
             if (!safe_strtol32(t.tok[1], &exptime)) {
                 return reply_unless(out.noreply, r_bad_exptime, line_end);
@@ -628,7 +623,7 @@ parse_result parse_request(std::string_view in, request& out, const parser_limit
         return ready(line_end);
     }
     if (c == "verbosity") {
-        if (!want(3, 4)) {
+        if (!ntokens_in(t, 3, 4)) {
             return reply(r_error, line_end);
         }
         out.cmd = command::verbosity;
@@ -647,6 +642,60 @@ parse_result parse_request(std::string_view in, request& out, const parser_limit
         return close_connection(); // an HTTP request line: memcached hangs up on it too
     }
     return reply(r_error, line_end);
+}
+
+} // namespace
+
+parse_result parse_request(std::string_view in, request& out, const parser_limits& limits) {
+    out.reset();
+    if (!in.empty() && in[0] == binary_request_magic) {
+        // A binary-protocol client: without binary support no reply can be framed for it, and
+        // waiting for a line end would hang it. Closing tells it at once.
+        return close_connection();
+    }
+    size_t nl = in.find('\n');
+    if (nl == std::string_view::npos) {
+        return without_line_end(in, limits);
+    }
+    size_t line_end = nl + 1;
+    std::string_view line = in.substr(0, nl);
+    if (line.size() > 1 && line.back() == '\r') {
+        line.remove_suffix(1);
+    }
+    if (size_t nul = line.find('\0'); nul != std::string_view::npos) {
+        line = line.substr(0, nul);
+    }
+    tokens t;
+    tokenize(line, t);
+    if (t.count == 0 || t.tok[0].size() < 2) {
+        return reply(r_error, line_end);
+    }
+    std::string_view c = t.tok[0];
+    if (c[0] == 'm' && c.size() == 2) {
+        return parse_meta(in, line_end, t, out, limits);
+    }
+    if (c[0] == 'g') {
+        return parse_get_command(c, line_end, t, out);
+    }
+    if (c == "set" || c == "add" || c == "replace" || c == "append" || c == "prepend" || c == "cas") {
+        out.cmd = c == "set"       ? command::set
+                  : c == "add"     ? command::add
+                  : c == "replace" ? command::replace
+                  : c == "append"  ? command::append
+                  : c == "prepend" ? command::prepend
+                                   : command::cas;
+        return parse_storage(in, line_end, t, out, limits);
+    }
+    if (c == "incr" || c == "decr") {
+        return parse_delta(c, line_end, t, out);
+    }
+    if (c == "delete") {
+        return parse_delete(line_end, t, out);
+    }
+    if (c == "touch") {
+        return parse_touch(line_end, t, out);
+    }
+    return parse_keyless(c, line_end, t, out);
 }
 
 } // namespace shoal::kv

@@ -208,9 +208,7 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
     wire::response r;
     r.now = _store->now();
     if (!wire::parse(msg, len, &q)) {
-        ++_stats.bad_requests;
-        r.code = wire::status::bad_request;
-        reply(c, r);
+        refuse(c, r);
         return;
     }
     r.id = q.id;
@@ -219,132 +217,26 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         reply(c, r);
         return;
     }
-    if (q.code == wire::op::hello) {
-        r.aux = shard_count();
-        r.number = this_shard_id();
-        reply(c, r);
+    if (q.code == wire::op::hello || q.code == wire::op::flush_all || q.code == wire::op::stats) {
+        handle_keyless(c, q, len, r);
         return;
     }
-    if (q.code == wire::op::flush_all || q.code == wire::op::stats) {
-        if (len != sizeof(q)) {
-            ++_stats.bad_requests;
-            r.code = wire::status::bad_request;
-            reply(c, r);
-            return;
-        }
-        // Answered once every shard has flushed (or been counted); other requests go on
-        // meanwhile (replies are matched by id). A connection ending first waits for it in `serve`.
-        if (c.pending.try_enter()) {
-            future<> answered =
-                q.code == wire::op::stats ? send_stats(c, r) : flush_everywhere(c, r, q.exptime);
-            (void)std::move(answered).finally([&c] { c.pending.leave(); });
-        }
-        return;
-    }
-    if ((q.code == wire::op::store || q.code == wire::op::grant) && q.how > wire::mode::prepend) {
-        ++_stats.bad_requests; // a mode this server does not know: never read as another one
-        r.code = wire::status::bad_request;
-        reply(c, r);
-        return;
-    }
-    size_t body = len - sizeof(q);
-    size_t inline_value = q.code == wire::op::store ? q.value_len : 0;
-    std::string_view key(msg + sizeof(q), std::min<size_t>(q.key_len, body));
-    if (body != q.key_len + inline_value || !valid_key(key)) {
-        ++_stats.bad_requests;
-        r.code = wire::status::bad_request;
-        reply(c, r);
-        return;
-    }
-    uint64_t h = hash_key(key);
-    if (unsigned owner = shard_of(h, shard_count()); owner != this_shard_id()) {
-        r.code = wire::status::wrong_shard;
-        r.aux = owner;
-        reply(c, r);
+    std::string_view key;
+    uint64_t h = 0;
+    if (!admit_key(c, q, msg, len, r, key, h)) {
         return;
     }
     switch (q.code) {
     case wire::op::gat:
-    case wire::op::get: {
-        item* it = q.code == wire::op::gat ? _store->get_and_touch(key, h, q.exptime) : _store->get(key, h);
-        if (!it) {
-            r.code = wire::status::not_found;
-            reply(c, r);
-            return;
-        }
-        locate(r, it);
-        r.flags = it->client_flags;
-        size_t limit = (q.options & wire::client_inline_limit) ? q.value_len : _cfg.inline_get_max;
-        bool small = it->value_len <= limit || (q.options & wire::want_inline);
-        if (small && sizeof(wire::response) + it->value_len <= c.msgs.max_message_size()) {
-            ++_stats.inline_gets;
-            r.is_inline = 1;
-            reply(c, r, it->value());
-        } else {
-            ++_stats.location_gets;
-            reply(c, r);
-        }
+    case wire::op::get:
+        handle_get(c, q, key, h, r);
         return;
-    }
-    case wire::op::store: {
-        uint64_t cas = 0;
-        std::string_view value(msg + sizeof(q) + q.key_len, q.value_len);
-        store_result sr = _store->put(mode_of(q.how), key, h, q.flags, q.exptime, value, q.arg, &cas);
-        r.code = status_of(sr);
-        if (sr == store_result::stored) {
-            locate(r, _store->peek(key, h));
-        }
-        reply(c, r);
+    case wire::op::store:
+        handle_store(c, q, key, std::string_view(msg + sizeof(q) + q.key_len, q.value_len), h, r);
         return;
-    }
-    case wire::op::grant: {
-        if (c.free_slots.empty()) {
-            r.code = wire::status::busy;
-            reply(c, r);
-            return;
-        }
-        if (q.value_len == 0) {
-            r.code = wire::status::bad_request;
-            reply(c, r);
-            return;
-        }
-        store_result why = store_result::no_memory;
-        item* it = _store->reserve(key, q.flags, q.exptime, q.value_len, &why);
-        if (!it) {
-            r.code = status_of(why);
-            reply(c, r);
-            return;
-        }
-        rdma::exported_region slice;
-        try {
-            slice = rdma::export_region(it->value_data(), q.value_len, rdma::access::remote_write);
-        } catch (...) {
-            kv_rdma_log.warn("grant registration failed: {}", std::current_exception());
-            _store->abandon(it);
-            r.code = wire::status::no_memory;
-            reply(c, r);
-            return;
-        }
-        unsigned slot = c.free_slots.back();
-        c.free_slots.pop_back();
-        grant& g = c.grants[slot];
-        g.it = it;
-        g.slice = std::move(slice);
-        g.h = h;
-        g.cas = q.arg;
-        g.id = q.id;
-        g.how = q.how;
-        g.deadline = std::chrono::steady_clock::now() + _cfg.grant_timeout;
-        ++_stats.grants;
-        ++_stats.grants_active;
-        const rdma::remote_region d = g.slice.descriptor();
-        r.addr = d.addr;
-        r.rkey = d.rkey;
-        r.len = q.value_len;
-        r.token = (uint32_t(g.gen) << slot_bits | slot) & rdma::immediate_channel::max_value;
-        reply(c, r);
+    case wire::op::grant:
+        handle_grant(c, q, key, h, r);
         return;
-    }
     case wire::op::remove:
         r.code = status_of(_store->remove(key, h));
         reply(c, r);
@@ -354,31 +246,165 @@ void rdma_server::handle(conn& c, const char* msg, size_t len) {
         reply(c, r);
         return;
     case wire::op::incr:
-    case wire::op::decr: {
-        uint64_t result = 0;
-        switch (_store->add_delta(key, h, q.code == wire::op::incr, q.arg, &result)) {
-        case delta_result::ok:
-            r.number = result;
-            break;
-        case delta_result::not_found:
-            r.code = wire::status::not_found;
-            break;
-        case delta_result::non_numeric:
-            r.code = wire::status::non_numeric;
-            break;
-        case delta_result::no_memory:
-            r.code = wire::status::no_memory;
-            break;
-        }
+    case wire::op::decr:
+        handle_delta(c, q, key, h, r);
+        return;
+    default:
+        refuse(c, r);
+        return;
+    }
+}
+
+void rdma_server::refuse(conn& c, wire::response& r) {
+    ++_stats.bad_requests;
+    r.code = wire::status::bad_request;
+    reply(c, r);
+}
+
+void rdma_server::handle_keyless(conn& c, const wire::request& q, size_t len, wire::response& r) {
+    if (q.code == wire::op::hello) {
+        r.aux = shard_count();
+        r.number = this_shard_id();
         reply(c, r);
         return;
     }
-    default:
-        ++_stats.bad_requests;
+    if (len != sizeof(q)) {
+        refuse(c, r);
+        return;
+    }
+    // Answered once every shard has flushed (or been counted); other requests go on meanwhile
+    // (replies are matched by id). A connection ending first waits for it in `serve`.
+    if (c.pending.try_enter()) {
+        future<> answered = q.code == wire::op::stats ? send_stats(c, r) : flush_everywhere(c, r, q.exptime);
+        (void)std::move(answered).finally([&c] { c.pending.leave(); });
+    }
+}
+
+[[gnu::always_inline]] inline bool rdma_server::admit_key(conn& c, const wire::request& q, const char* msg,
+                                                          size_t len, wire::response& r,
+                                                          std::string_view& key, uint64_t& h) {
+    if ((q.code == wire::op::store || q.code == wire::op::grant) && q.how > wire::mode::prepend) {
+        refuse(c, r); // a mode this server does not know: never read as another one
+        return false;
+    }
+    size_t body = len - sizeof(q);
+    size_t inline_value = q.code == wire::op::store ? q.value_len : 0;
+    key = std::string_view(msg + sizeof(q), std::min<size_t>(q.key_len, body));
+    if (body != q.key_len + inline_value || !valid_key(key)) {
+        refuse(c, r);
+        return false;
+    }
+    h = hash_key(key);
+    if (unsigned owner = shard_of(h, shard_count()); owner != this_shard_id()) {
+        r.code = wire::status::wrong_shard;
+        r.aux = owner;
+        reply(c, r);
+        return false;
+    }
+    return true;
+}
+
+[[gnu::always_inline]] inline void rdma_server::handle_get(conn& c, const wire::request& q,
+                                                           std::string_view key, uint64_t h,
+                                                           wire::response& r) {
+    item* it = q.code == wire::op::gat ? _store->get_and_touch(key, h, q.exptime) : _store->get(key, h);
+    if (!it) {
+        r.code = wire::status::not_found;
+        reply(c, r);
+        return;
+    }
+    locate(r, it);
+    r.flags = it->client_flags;
+    size_t limit = (q.options & wire::client_inline_limit) ? q.value_len : _cfg.inline_get_max;
+    bool small = it->value_len <= limit || (q.options & wire::want_inline);
+    if (small && sizeof(wire::response) + it->value_len <= c.msgs.max_message_size()) {
+        ++_stats.inline_gets;
+        r.is_inline = 1;
+        reply(c, r, it->value());
+    } else {
+        ++_stats.location_gets;
+        reply(c, r);
+    }
+}
+
+void rdma_server::handle_store(conn& c, const wire::request& q, std::string_view key, std::string_view value,
+                               uint64_t h, wire::response& r) {
+    uint64_t cas = 0;
+    store_result sr = _store->put(mode_of(q.how), key, h, q.flags, q.exptime, value, q.arg, &cas);
+    r.code = status_of(sr);
+    if (sr == store_result::stored) {
+        locate(r, _store->peek(key, h));
+    }
+    reply(c, r);
+}
+
+void rdma_server::handle_grant(conn& c, const wire::request& q, std::string_view key, uint64_t h,
+                               wire::response& r) {
+    if (c.free_slots.empty()) {
+        r.code = wire::status::busy;
+        reply(c, r);
+        return;
+    }
+    if (q.value_len == 0) {
         r.code = wire::status::bad_request;
         reply(c, r);
         return;
     }
+    store_result why = store_result::no_memory;
+    item* it = _store->reserve(key, q.flags, q.exptime, q.value_len, &why);
+    if (!it) {
+        r.code = status_of(why);
+        reply(c, r);
+        return;
+    }
+    rdma::exported_region slice;
+    try {
+        slice = rdma::export_region(it->value_data(), q.value_len, rdma::access::remote_write);
+    } catch (...) {
+        kv_rdma_log.warn("grant registration failed: {}", std::current_exception());
+        _store->abandon(it);
+        r.code = wire::status::no_memory;
+        reply(c, r);
+        return;
+    }
+    unsigned slot = c.free_slots.back();
+    c.free_slots.pop_back();
+    grant& g = c.grants[slot];
+    g.it = it;
+    g.slice = std::move(slice);
+    g.h = h;
+    g.cas = q.arg;
+    g.id = q.id;
+    g.how = q.how;
+    g.deadline = std::chrono::steady_clock::now() + _cfg.grant_timeout;
+    ++_stats.grants;
+    ++_stats.grants_active;
+    const rdma::remote_region d = g.slice.descriptor();
+    r.addr = d.addr;
+    r.rkey = d.rkey;
+    r.len = q.value_len;
+    r.token = (uint32_t(g.gen) << slot_bits | slot) & rdma::immediate_channel::max_value;
+    reply(c, r);
+}
+
+void rdma_server::handle_delta(conn& c, const wire::request& q, std::string_view key, uint64_t h,
+                               wire::response& r) {
+    uint64_t result = 0;
+    switch (_store->add_delta(key, h, q.code == wire::op::incr, q.arg, &result)) {
+    case delta_result::ok:
+        r.number = result;
+        break;
+    case delta_result::not_found:
+        r.code = wire::status::not_found;
+        break;
+    case delta_result::non_numeric:
+        r.code = wire::status::non_numeric;
+        break;
+    case delta_result::no_memory:
+        r.code = wire::status::no_memory;
+        break;
+    }
+    reply(c, r);
 }
 
 future<> rdma_server::send_stats(conn& c, wire::response r) {

@@ -83,7 +83,27 @@ private:
     future<> accept_loop();
     future<> serve(net::rdma::connection c);
     future<> commits_loop(conn& c);
+    /// Answers one control message: checked, then handed to the step of its op.
     void handle(conn& c, const char* msg, size_t len);
+    /// Answers `r` as a malformed request (counted in `bad_requests`).
+    void refuse(conn& c, wire::response& r);
+    /// hello, flush_all and stats: the requests about no key.
+    void handle_keyless(conn& c, const wire::request& q, size_t len, wire::response& r);
+    /// A keyed request's mode, length and key are valid and the key is this shard's: sets `key`
+    /// and its hash `h` and returns true, else answers the request and returns false. (Inline:
+    /// on the GET path, defined in rdma_server.cc only.)
+    inline bool admit_key(conn& c, const wire::request& q, const char* msg, size_t len, wire::response& r,
+                          std::string_view& key, uint64_t& h);
+    /// get and gat: the value inline when small enough, else its location. (Inline: the GET path.)
+    inline void handle_get(conn& c, const wire::request& q, std::string_view key, uint64_t h,
+                           wire::response& r);
+    /// store: `value` (inline in the request) stored as `q` says.
+    void handle_store(conn& c, const wire::request& q, std::string_view key, std::string_view value,
+                      uint64_t h, wire::response& r);
+    /// grant: an item reserved for the value and a slice of it exported for the client's WRITE.
+    void handle_grant(conn& c, const wire::request& q, std::string_view key, uint64_t h, wire::response& r);
+    /// incr and decr.
+    void handle_delta(conn& c, const wire::request& q, std::string_view key, uint64_t h, wire::response& r);
     void handle_commit(conn& c, uint32_t token);
     future<> flush_everywhere(conn& c, wire::response r, int64_t exptime);
     /// Answers a `stats` request with the whole server's general statistics.

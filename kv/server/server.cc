@@ -463,25 +463,39 @@ future<> server::serve(net::connected_socket s) {
     --_conn.curr_connections;
 }
 
+namespace {
+/// A data block landing in reserved item memory: its `len` value bytes into `dst`, then its
+/// two-byte end, which must be "\r\n".
+struct block_landing {
+    char* dst;
+    size_t len;
+    char crlf[2] = {};
+    size_t got = 0;
+
+    /// Copies the block's next bytes from `bytes`; returns how many it took.
+    size_t absorb(std::string_view bytes) noexcept {
+        size_t n = std::min(bytes.size(), len - std::min(got, len));
+        std::memcpy(dst + got, bytes.data(), n);
+        got += n;
+        for (; n < bytes.size() && got < len + 2; ++n, ++got) {
+            crlf[got - len] = bytes[n];
+        }
+        return n;
+    }
+    /// The whole block, its end included, has arrived.
+    bool complete() const noexcept { return got >= len + 2; }
+    /// The block ends with "\r\n".
+    bool well_ended() const noexcept { return crlf[0] == '\r' && crlf[1] == '\n'; }
+};
+} // namespace
+
 future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, request& r,
                                     std::string_view first, reply_batch& reply) {
     uint64_t h = hash_key(r.key);
     unsigned owner = shard_of(h, shard_count());
     const size_t len = size_t(r.data_len);
     const bool in_place = links_landed_value(r);
-    auto reserve = [&r, len, in_place](server& s) -> item* {
-        // Values in flight may hold at most half of the store (or one largest item): the rest
-        // stays for the others.
-        size_t cap = std::max(s._store.memory_limit() / 2, s._store.max_item_size());
-        if (s._conn.landing_bytes + len > cap) {
-            return nullptr;
-        }
-        store_result why = store_result::stored;
-        item* it = in_place ? s._store.reserve(r.key, r.client_flags, r.exptime, len, &why)
-                            : s._store.reserve(r.key, 0, 0, len, &why);
-        s._conn.landing_bytes += it ? len : 0;
-        return it;
-    };
+    auto reserve = [&r, len, in_place](server& s) { return s.reserve_landing(r, len, in_place); };
     item* landing = owner == this_shard_id() ? reserve(*this) : co_await _peers->invoke_on(owner, reserve);
     if (!landing) {
         r.no_memory = true;
@@ -496,23 +510,11 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
     };
     // The bytes go into the reserved item as they come: the key's store accounts for them and
     // nobody else touches the item until it is handed back to its shard below.
-    char* dst = landing->value_data();
-    char crlf[2] = {};
-    size_t got = 0;
-    // Copies the block's next bytes from `bytes`; returns how many it took.
-    auto absorb = [&](std::string_view bytes) {
-        size_t n = std::min(bytes.size(), len - std::min(got, len));
-        std::memcpy(dst + got, bytes.data(), n);
-        got += n;
-        for (; n < bytes.size() && got < len + 2; ++n, ++got) {
-            crlf[got - len] = bytes[n];
-        }
-        return n;
-    };
-    absorb(first);
+    block_landing block{landing->value_data(), len};
+    block.absorb(first);
     std::exception_ptr failed;
     try {
-        while (got < len + 2) {
+        while (!block.complete()) {
             net::temporary_buffer b;
             if (as) {
                 b = co_await in.read(*as);
@@ -523,7 +525,7 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
                 throw std::runtime_error("connection closed in the middle of a value");
             }
             _conn.bytes_read += b.size();
-            b.trim_front(absorb(b.view()));
+            b.trim_front(block.absorb(b.view()));
             if (!b.empty()) {
                 in.unread(std::move(b));
             }
@@ -531,7 +533,7 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
     } catch (...) {
         failed = std::current_exception();
     }
-    if (failed || crlf[0] != '\r' || crlf[1] != '\n') {
+    if (failed || !block.well_ended()) {
         if (owner == this_shard_id()) {
             release(*this, false);
         } else {
@@ -545,7 +547,7 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
         }
         co_return 0;
     }
-    r.value = std::string_view(dst, len);
+    r.value = std::string_view(block.dst, len);
     // The request runs where the key lives, and ends the reservation there in the same visit.
     auto execute = [&r, h, landing, in_place, &release](server& s, std::string& part) {
         if (in_place) {
@@ -565,6 +567,20 @@ future<uint64_t> server::take_value(net::input_stream& in, abort_source* as, req
         });
     }
     co_return 0;
+}
+
+item* server::reserve_landing(const request& r, size_t len, bool in_place) {
+    // Values in flight may hold at most half of the store (or one largest item): the rest stays
+    // for the others.
+    size_t cap = std::max(_store.memory_limit() / 2, _store.max_item_size());
+    if (_conn.landing_bytes + len > cap) {
+        return nullptr;
+    }
+    store_result why = store_result::stored;
+    item* it = in_place ? _store.reserve(r.key, r.client_flags, r.exptime, len, &why)
+                        : _store.reserve(r.key, 0, 0, len, &why);
+    _conn.landing_bytes += it ? len : 0;
+    return it;
 }
 
 future<> server::stop() {

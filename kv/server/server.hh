@@ -120,6 +120,10 @@ private:
     /// returns the block bytes still to be skipped (the caller executes the refusal); else 0.
     future<uint64_t> take_value(net::input_stream& in, abort_source* as, request& r, std::string_view first,
                                 reply_batch& reply);
+    /// Reserves `len` bytes of item memory for the value of storage request `r` landing here
+    /// (`in_place`: the item takes `r`'s flags and exptime); null when values in flight would
+    /// take more than their share of the store or the store has no room.
+    item* reserve_landing(const request& r, size_t len, bool in_place);
     void add_get_key(const request& r, std::string_view key, uint64_t h, reply_batch& reply);
 
     server_config _cfg;

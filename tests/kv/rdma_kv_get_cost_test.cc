@@ -3,7 +3,8 @@
 // thread) and reactor tasks, over many cached GETs of a 32-byte value, one at a time. A cached
 // GET needs one allocation (the value's std::string; none into the caller's buffer) and one
 // task: the READ's completion validates the record and resolves the GET from the CQ poll, and
-// the caller resumes in the one task (docs/kv.md).
+// the caller resumes in the one task (docs/kv.md). A control-path GET (gat, answered by the
+// server) is measured beside them for bench/instructions_per_op.sh.
 #include "rdma_kv_util.hh"
 
 #include "../softroce/callgrind_marks.hh"
@@ -136,6 +137,13 @@ TEST(kv_get_cost, a_cached_get_allocates_its_value_alone_and_runs_one_task) {
                 EXPECT_GE(t.stats().zero_copy_gets, n);
                 per_get client = co_await measure(n, "kv cached GET kv::client::get 32 B/300",
                                                   [&] { return c.get(key()); });
+                // The control path, for bench/instructions_per_op.sh (its cost is not bounded
+                // here): a gat never READs a cached location; the server (rdma_server::handle)
+                // answers it with the value inline, and read_value takes it.
+                per_get control = co_await measure(n, "kv control GET rdma_transport::gat 32 B/300",
+                                                   [&] { return t.gat(key(), 0); });
+                std::printf("per control GET (gat): %.2f mallocs %.2f tasks\n", control.mallocs,
+                            control.tasks);
                 std::printf("per cached GET: get_one %.2f mallocs %.2f tasks, get_into %.2f / %.2f, "
                             "kv::client::get %.2f / %.2f\n",
                             one.mallocs, one.tasks, into.mallocs, into.tasks, client.mallocs, client.tasks);

@@ -3,7 +3,7 @@
 
 #include "rpc/client_stats.hh"
 #include "rpc/metrics.hh"
-#include "rpc_suite.hh"
+#include "rpc_fixture.hh"
 
 #include "../core/metric_values.hh"
 #include "support/run.hh"

@@ -1,7 +1,7 @@
-// The core RPC suite (rpc_suite.hh) over RDMA, on the message path (rpc/rdma_link) and on the
-// RDMA stream, and the message path's own cases (one message per small call, large bodies by
-// READ, releases): run in the Soft-RoCE guest (label rdma), binding and connecting to
-// SHOAL_RDMA_IP.
+// The core RPC suite (rpc_suite.hh, instantiated as rpc_rdma/core_suite/0) over RDMA on the
+// message path (rpc/rdma_link), and the message path's own cases (one message per small call,
+// large bodies by READ, releases, a call beside a raw RDMA stream round trip): run in the
+// Soft-RoCE guest (label rdma), binding and connecting to SHOAL_RDMA_IP.
 
 #include "rpc_suite.hh"
 
@@ -33,17 +33,6 @@ void run_body(std::function<future<>(rpc_env&)> body, unsigned smp = 1, reactor_
                   },
                   rdma_test::test_options(), cfg),
               0);
-}
-
-/// Runs suite case `name` (on the RDMA message path, the default of client and server).
-void run_case(const char* name, unsigned smp = 1) {
-    for (auto& [n, fn] : suite()) {
-        if (std::string_view(n) == name) {
-            run_body(fn, smp);
-            return;
-        }
-    }
-    FAIL() << "no suite case " << name;
 }
 
 /// Tasks one call at concurrency 1 may run on its shard (client and server together).
@@ -499,47 +488,19 @@ TEST(rpc_rdma_path, receiver_dying_mid_read_frees_the_senders_hold) {
     });
 }
 
-TEST(rpc_rdma, every_type_round_trips) {
-    run_case("every_type_round_trips");
-}
-TEST(rpc_rdma, pipelined_calls_complete_out_of_order) {
-    run_case("pipelined_calls_complete_out_of_order");
-}
-TEST(rpc_rdma, handler_exceptions_reach_the_caller) {
-    run_case("handler_exceptions_reach_the_caller");
-}
-TEST(rpc_rdma, calls_time_out) {
-    run_case("calls_time_out");
-}
-TEST(rpc_rdma, mismatched_calls_get_clear_errors) {
-    run_case("mismatched_calls_get_clear_errors");
-}
-TEST(rpc_rdma, one_way_calls_run) {
-    run_case("one_way_calls_run");
-}
-TEST(rpc_rdma, server_stop_fails_calls_in_flight) {
-    run_case("server_stop_fails_calls_in_flight");
-}
-TEST(rpc_rdma, server_stop_drains_finishing_calls) {
-    run_case("server_stop_drains_finishing_calls");
-}
-TEST(rpc_rdma, pool_reconnects_after_restart) {
-    run_case("pool_reconnects_after_restart");
-}
-TEST(rpc_rdma, client_killed_mid_call) {
-    run_case("client_killed_mid_call");
-}
-TEST(rpc_rdma, client_that_never_reads_is_bounded) {
-    run_case("client_that_never_reads_is_bounded");
-}
-TEST(rpc_rdma, frame_size_limits) {
-    run_case("frame_size_limits");
-}
-TEST(rpc_rdma, sharded_server_serves_every_shard) {
-    run_case("sharded_server_serves_every_shard", 2);
-}
-TEST(rpc_rdma, in_flight_limits_hold_calls_back) {
-    run_case("in_flight_limits_hold_calls_back");
-}
-
 } // namespace
+
+namespace shoal::rpc_test {
+
+/// The suite's transport here: RDMA on SHOAL_RDMA_IP, on the message path (the default of client
+/// and server), each listener on a port of its own.
+struct over_rdma {
+    /// Runs `body` on a fresh engine of `smp` shards with RDMA started.
+    static void run(std::function<future<>(rpc_env&)> body, unsigned smp = 1) {
+        run_body(std::move(body), smp);
+    }
+};
+
+INSTANTIATE_TYPED_TEST_SUITE_P(rpc_rdma, core_suite, ::testing::Types<over_rdma>);
+
+} // namespace shoal::rpc_test

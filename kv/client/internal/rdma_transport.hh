@@ -148,6 +148,27 @@ private:
     template <typename Result>
     future<std::optional<Result>> read_value(std::string key, net::rdma::local_span dst,
                                              std::optional<int64_t> touch = std::nullopt);
+    /// The control request of `read_value`'s round `round` for `key` (counted in `control_gets`):
+    /// a gat with `touch`; after round 0 a READ raced a change (the value wanted inline). Fails
+    /// past `read_retries` rounds.
+    wire::request get_request(const std::string& key, std::optional<int64_t> touch, unsigned round);
+    /// The server's answer `r` to that request (not `not_found`): a status other than ok fails it;
+    /// the location is remembered; an inline value is returned (copied into `dst` for
+    /// `placed_value`), else nullopt with `loc` set to the record to READ (which must fit `dst`).
+    template <typename Result>
+    std::optional<Result> take_get_reply(const std::string& key, unsigned shard, reply& r,
+                                         const net::rdma::local_span& dst, location& loc);
+    /// Where `read_value` READs `loc`: `dst` for `placed_value`, else `b`, a pool buffer it
+    /// allocates.
+    template <typename Result>
+    static net::rdma::local_span read_target(const location& loc, const net::rdma::local_span& dst,
+                                             net::rdma::buffer& b);
+    /// Counts a GET served by a READ of its cached location, and its `timing` (when timed) in the
+    /// `timed_*` counters.
+    void count_direct_read(const std::optional<get_timing>& timing) noexcept;
+    /// The GET's result from the validated record `v` (READ into `dst` for `placed_value`).
+    template <typename Result>
+    Result value_read(const record::view& v, const net::rdma::local_span& dst);
     /// A store; with `src` (non-empty) a granted value is WRITTEN from it, else from a copy of
     /// `value`.
     future<store_outcome> put(store_op op, std::string_view key, std::string_view value,
