@@ -4,9 +4,9 @@
 
 #include "core/log.hh"
 #include "core/smp.hh"
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
-#include "net/rdma/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>

@@ -2,6 +2,7 @@
 #include "net/rdma/immediates.hh"
 
 #include "net/rdma/connection.hh"
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/context.hh"
 
 #include <stdexcept>

@@ -1,9 +1,9 @@
 // One-sided operations of a connection, the regions they work on, and the binding and
 // invalidation of memory windows.
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
 #include "net/rdma/memory_region.hh"
-#include "net/rdma/queue_pair.hh"
 
 #include <stdexcept>
 
@@ -563,3 +563,63 @@ future<> connection_impl::issue_invalidate_window(const std::shared_ptr<window_s
 }
 
 } // namespace shoal::net::rdma::internal
+
+// --- rdma::connection's one-sided operations
+
+namespace shoal::net::rdma {
+
+future<> connection::read(local_span dst, const remote_region& src, uint64_t offset) {
+    return impl().read(std::move(dst), src, offset);
+}
+
+future<> connection::write(local_span src, const remote_region& dst, uint64_t offset) {
+    return impl().write(std::move(src), dst, offset);
+}
+
+future<> connection::write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm) {
+    return impl().write_with_imm(std::move(src), dst, offset, imm);
+}
+
+void connection::read(local_span dst, const remote_region& src, uint64_t offset,
+                      op_completion& done) noexcept {
+    impl().read(std::move(dst), src, offset, done);
+}
+
+void connection::write(local_span src, const remote_region& dst, uint64_t offset,
+                       op_completion& done) noexcept {
+    impl().write(std::move(src), dst, offset, done);
+}
+
+future<uint64_t> connection::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
+    return impl().fetch_add(dst, offset, add);
+}
+
+future<uint64_t> connection::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                          uint64_t desired) {
+    return impl().compare_swap(dst, offset, expected, desired);
+}
+
+future<> connection::read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as) {
+    return impl().read(std::move(dst), src, offset, as);
+}
+
+future<> connection::write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as) {
+    return impl().write(std::move(src), dst, offset, as);
+}
+
+future<> connection::write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
+                                    abort_source& as) {
+    return impl().write_with_imm(std::move(src), dst, offset, imm, as);
+}
+
+future<uint64_t> connection::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add,
+                                       abort_source& as) {
+    return impl().fetch_add(dst, offset, add, as);
+}
+
+future<uint64_t> connection::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                          uint64_t desired, abort_source& as) {
+    return impl().compare_swap(dst, offset, expected, desired, as);
+}
+
+} // namespace shoal::net::rdma

@@ -1,6 +1,7 @@
 // The stream transport over a connection, and the public connection/listener API.
 #include "net/rdma/stream.hh"
 
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/connection_manager.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"

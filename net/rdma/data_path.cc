@@ -1,6 +1,6 @@
 // The data path of a connection: the send ring with selective signaling and batched posting,
 // send completions, receives from the shard's SRQ, and credit-based flow control.
-#include "net/rdma/queue_pair.hh"
+#include "net/rdma/connection_impl.hh"
 
 #include "core/log.hh"
 #include "net/rdma/context.hh"

@@ -6,8 +6,11 @@
 #include "net/message.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/completion.hh"
+#include "net/rdma/connection.hh"
+#include "net/rdma/connection_stats.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/credit_window.hh"
+#include "net/rdma/immediates.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/memory_window.hh"
@@ -34,32 +37,6 @@ namespace shoal::net::rdma {
 class shard_context;
 class connection;
 
-/// Counters of one connection.
-struct connection_stats {
-    uint64_t messages_sent = 0;       ///< stream messages (SEND) posted
-    uint64_t bytes_sent = 0;          ///< stream payload bytes posted
-    uint64_t inline_sends = 0;        ///< of which inline
-    uint64_t zero_copy_sends = 0;     ///< sent from the caller's registered memory
-    uint64_t copied_sends = 0;        ///< copied into a pool buffer (coalescing small writes)
-    uint64_t gathered_sends = 0;      ///< sent from several pieces in one SEND (scatter-gather)
-    uint64_t messages_received = 0;   ///< stream messages received
-    uint64_t bytes_received = 0;      ///< stream payload bytes received
-    uint64_t ctrl_sent = 0;           ///< credit-only messages sent
-    uint64_t ctrl_received = 0;       ///< credit-only messages received
-    uint64_t credit_stalls = 0;       ///< times sending stopped for lack of credits
-    uint64_t signaled = 0;            ///< signaled send requests
-    uint64_t unsignaled = 0;          ///< unsignaled send requests
-    uint64_t one_sided_ops = 0;       ///< READ/WRITE/atomics posted
-    uint64_t immediates_received = 0; ///< WRITE_WITH_IMM events received
-    /// Send credits handed back to the peer after a quiet period (its receives were released).
-    uint64_t credits_given_back = 0;
-    /// Credits the peer handed back (this side released their receives).
-    uint64_t credits_taken_back = 0;
-    /// Credits granted but not yet told to the peer that this side withdrew when the peer went
-    /// quiet or gave credits back (their receives were released).
-    uint64_t credits_withdrawn = 0;
-};
-
 namespace internal {
 
 class connection_impl;
@@ -83,15 +60,6 @@ public:
 private:
     connection_impl* _impl;
 };
-
-/// Channels of tagged immediates per connection: the tag is the immediate's top 4 bits.
-inline constexpr unsigned immediate_tags = 16;
-/// Bits of a tagged immediate's value.
-inline constexpr unsigned immediate_value_bits = 28;
-/// Why `next_immediate` fails once channels are open.
-inline constexpr const char* tagged_immediates_error =
-    "connection::next_immediate(): this connection's immediates are tagged (connection::immediates(tag) "
-    "was opened); read them from their channels";
 
 /// Most scatter-gather entries a send of a connection uses (clamped to the device's limit):
 /// a message's pieces (e.g. a header and a payload) leave in one SEND without being joined.
@@ -204,7 +172,7 @@ public:
     /// A new user hold (raises the user count).
     std::shared_ptr<connection_ref> make_ref();
 
-    // --- data path (queue_pair.cc)
+    // --- data path (data_path.cc)
     /// Posts the queued send requests as one list, adding a credit message first when one is
     /// due. Called by the context once per poll.
     void post_pending() noexcept;
@@ -341,7 +309,7 @@ private:
     void established(const cm_event& ev) noexcept;
     void on_disconnected() noexcept;
 
-    // send ring (queue_pair.cc)
+    // send ring (data_path.cc)
     /// Send slots nobody holds: neither in use nor reserved for a one-sided operation whose
     /// turn came (see `wait_turn`).
     unsigned free_slots() const noexcept {
@@ -425,7 +393,7 @@ private:
     /// Wakes up to `max` queued one-sided operations whose turn came (in call order).
     void wake_space_waiters(unsigned max = ~0u) noexcept;
     /// Credits or slots came back: hands them to queued one-sided operations and the stream,
-    /// fairly (see queue_pair.cc).
+    /// fairly (see data_path.cc).
     void serve_senders() noexcept {
         if (_space_waiters.empty() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
             return; // nobody waits for a slot or credit (one-sided traffic alone)
@@ -624,4 +592,9 @@ private:
 };
 
 } // namespace internal
+
+inline internal::connection_impl& connection::impl() const noexcept {
+    return _ref->impl();
+}
+
 } // namespace shoal::net::rdma
