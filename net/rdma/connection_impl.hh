@@ -14,6 +14,7 @@
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/memory_window.hh"
+#include "net/rdma/one_sided_op.hh"
 #include "net/rdma/op_completion.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/private_data.hh"
@@ -211,29 +212,19 @@ public:
     /// A device asynchronous event about this connection's QP.
     void on_qp_event(ibv_event_type type) noexcept;
 
-    // --- one-sided (one_sided.cc)
-    /// See `rdma::connection::read`; waits for a free send slot.
-    future<> read(local_span dst, const remote_region& src, uint64_t offset);
-    /// See `rdma::connection::write`; waits for a free send slot.
-    future<> write(local_span src, const remote_region& dst, uint64_t offset);
-    /// See `rdma::connection::write_with_imm`; waits for a free send slot and a credit.
-    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
-    /// See `rdma::connection::fetch_add`; the remote address must be 8-byte aligned.
-    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
-    /// See `rdma::connection::compare_swap`; the remote address must be 8-byte aligned.
-    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                  uint64_t desired);
-    /// READ / WRITE whose outcome goes to `done`: see `rdma::connection`.
-    void read(local_span dst, const remote_region& src, uint64_t offset, op_completion& done) noexcept;
-    void write(local_span src, const remote_region& dst, uint64_t offset, op_completion& done) noexcept;
-    /// The operations above, cancelled by `as`: see `rdma::connection`.
-    future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as);
-    future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as);
-    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
-                            abort_source& as);
-    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add, abort_source& as);
-    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                  uint64_t desired, abort_source& as);
+    // --- one-sided (one_sided.cc): the operations of `rdma::connection`, each described by a
+    // `one_sided_op`; these templates are defined (and inlined into the callers) there.
+    /// Starts `op` (waiting for a free send slot, and a credit for a WRITE_WITH_IMM, behind
+    /// earlier operations): resolves when it completed, with the previous value for an atomic
+    /// (`T` = uint64_t) or nothing for a transfer (`T` = void).
+    template <typename T>
+    future<T> start(one_sided_op op);
+    /// `start`, cancelled by `as`: see `rdma::connection`.
+    template <typename T>
+    future<T> start(one_sided_op op, abort_source& as);
+    /// `start` of a transfer whose outcome goes to `done` (see `op_completion`): with its turn
+    /// now, no promise, future or task.
+    void start(one_sided_op op, op_completion& done) noexcept;
     /// See `rdma::connection::next_immediate`; one waiter at a time.
     future<uint32_t> next_immediate();
 
@@ -424,11 +415,9 @@ private:
     [[gnu::always_inline]] bool can_issue(bool needs_credit) const noexcept {
         return free_slots() > 1 && (!needs_credit || _credits.free_credits() > 0);
     }
-    /// Why a transfer of `len` bytes at `offset` of `rr` cannot start (null: it can).
-    std::exception_ptr check_transfer(const char* op, uint64_t len, const remote_region& rr,
-                                      uint64_t offset) const;
-    /// Why an atomic at `offset` of `rr` cannot start (null: it can).
-    std::exception_ptr check_atomic(const char* op, const remote_region& rr, uint64_t offset) const;
+    /// Why `op` cannot start (null: it can): a closed connection, bytes outside the remote
+    /// region, a misaligned atomic.
+    std::exception_ptr check(const one_sided_op& op) const;
     /// Calls `issue` now, or at the operation's turn (see `wait_turn`).
     template <typename T, typename Issue>
     future<T> start_op(bool needs_credit, Issue issue);
@@ -436,22 +425,16 @@ private:
     /// `rdma::connection`); an operation still queued then is never posted.
     template <typename T, typename Issue>
     future<T> start_abortable(abort_source& as, bool needs_credit, Issue issue);
-    send_slot& prepare_one_sided(send_slot::op kind, const local_span& local, const remote_region& rr,
-                                 uint64_t offset) noexcept;
-    /// The READ or WRITE (`kind`) of `rdma::connection` whose outcome goes to `done`.
-    void start_notified(send_slot::op kind, local_span local, const remote_region& rr, uint64_t offset,
-                        op_completion& done) noexcept;
+    /// A slot filled with `op` (signaled, its span's memory held, a WRITE_WITH_IMM's credit
+    /// used), not yet appended; an atomic's result word is the slot's in `_atomics`.
+    send_slot& prepare(const one_sided_op& op) noexcept;
+    /// Posts `op` now (its turn has come and a slot, and credit, is free); `T` as for `start`.
+    template <typename T>
+    future<T> issue(const one_sided_op& op);
     /// Hands `f`'s outcome to `done` when it is ready (an operation that waited for its turn).
     static void complete_when_ready(future<> f, op_completion& done) noexcept;
+    /// Where the atomic of slot `s` writes the previous value.
     uint64_t* atomic_result(const send_slot& s) noexcept;
-    // Post one operation now (its turn has come and a slot, and credit, is free).
-    future<> issue_read(const local_span& dst, const remote_region& src, uint64_t offset);
-    future<> issue_write(const local_span& src, const remote_region& dst, uint64_t offset);
-    future<> issue_write_with_imm(const local_span& src, const remote_region& dst, uint64_t offset,
-                                  uint32_t imm);
-    future<uint64_t> issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
-    future<uint64_t> issue_compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                        uint64_t desired);
     future<> issue_bind_window(const std::shared_ptr<window_state>& st, const ibv_mr* mr, access a);
     future<> issue_invalidate_window(const std::shared_ptr<window_state>& st);
     /// Start of both: a signaled slot of `kind` (no scatter-gather) holding window `st`.
