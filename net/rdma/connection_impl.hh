@@ -18,6 +18,7 @@
 #include "net/rdma/op_completion.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/private_data.hh"
+#include "net/rdma/send_ring.hh"
 #include "net/socket_address.hh"
 #include "net/temporary_buffer.hh"
 
@@ -60,61 +61,6 @@ public:
 
 private:
     connection_impl* _impl;
-};
-
-/// Most scatter-gather entries a send of a connection uses (clamped to the device's limit):
-/// a message's pieces (e.g. a header and a payload) leave in one SEND without being joined.
-inline constexpr unsigned max_send_gather = 4;
-
-/// The caller's buffers a send reads in place, one per scatter-gather entry; released when
-/// the send completed (or, inline, once it is posted).
-struct held_buffers {
-    std::array<net::temporary_buffer, max_send_gather> bufs;
-    unsigned count = 0;
-    /// Keeps `b` until the send is done.
-    void hold(net::temporary_buffer b) noexcept { bufs[count++] = std::move(b); }
-    /// Drops every buffer held.
-    void reset() noexcept {
-        for (unsigned i = 0; i < count; ++i) {
-            bufs[i].reset();
-        }
-        count = 0;
-    }
-    /// True when it holds a buffer.
-    explicit operator bool() const noexcept { return count != 0; }
-};
-
-/// One send work request and what it holds until it completes. Its address is the request's
-/// wr_id; a signaled completion retires it and every unsignaled request posted before it.
-struct send_slot final : completion_handler {
-    enum class op : uint8_t {
-        free,
-        stream,
-        ctrl,
-        fin,
-        read,
-        write,
-        write_imm,
-        fetch_add,
-        compare_swap,
-        bind_window,
-        invalidate_window
-    };
-    connection_impl* conn = nullptr;
-    uint64_t seq = 0;
-    op kind = op::free;
-    bool signaled = false;
-    ibv_send_wr wr{};
-    std::array<ibv_sge, max_send_gather> sges{};
-    ibv_sge& sge = sges[0];               // the first entry (the only one of one-sided operations)
-    buffer copy;                          // pool copy of stream bytes
-    held_buffers held;                    // caller memory sent in place
-    promise<> done;                       // READ / WRITE / WRITE_WITH_IMM / window bind and invalidate
-    op_completion* notify = nullptr;      // READ / WRITE issued with an op_completion (instead of `done`)
-    std::shared_ptr<window_state> window; // the window a bind or invalidate works on
-    promise<uint64_t> value;              // atomics: the previous value
-    /// Passes the completion to the connection, which retires this slot and the ones before it.
-    void complete(const ibv_wc& wc) noexcept override;
 };
 
 /// An RC queue pair on a shard with everything that runs over it: the send ring (selective
@@ -300,41 +246,13 @@ private:
     void established(const cm_event& ev) noexcept;
     void on_disconnected() noexcept;
 
-    // send ring (data_path.cc)
-    /// Send slots nobody holds: neither in use nor reserved for a one-sided operation whose
-    /// turn came (see `wait_turn`).
-    unsigned free_slots() const noexcept {
-        unsigned raw = unsigned(_depth - (_head - _tail));
-        return raw > _reserved_slots ? raw - _reserved_slots : 0;
-    }
-    /// The next free slot of the ring, cleared (the caller checked there is one).
-    [[gnu::always_inline]] send_slot& next_slot() noexcept {
-        send_slot& s = _slots[_head % _depth];
-        s.seq = _head;
-        s.kind = send_slot::op::free;
-        s.signaled = false;
-        s.wr = ibv_send_wr{};
-        s.wr.wr_id = wr_id_of(&s);
-        s.wr.sg_list = &s.sge;
-        s.wr.num_sge = 1;
-        s.sge = ibv_sge{};
-        return s;
-    }
-    /// Links `s` (filled) to the batch that `post_pending` posts; every `signal_every`-th
-    /// request is signaled. Always inlined: it is on every operation's path.
+    // send ring (data_path.cc; the slots themselves are `_ring`)
+    /// Send slots nobody holds (see `send_ring::free_slots`).
+    unsigned free_slots() const noexcept { return _ring.free_slots(); }
+    /// Links `s` (filled, from `_ring.next_slot()`) to the batch that `post_pending` posts.
+    /// Always inlined: it is on every operation's path.
     [[gnu::always_inline]] void append(send_slot& s) noexcept {
-        if (!s.signaled && ++_unsignaled_run >= _opts.signal_every) {
-            s.signaled = true;
-        }
-        if (s.signaled) {
-            s.wr.send_flags |= IBV_SEND_SIGNALED;
-            _unsignaled_run = 0;
-        }
-        s.wr.next = nullptr;
-        if (_head > _posted) {
-            _slots[(_head - 1) % _depth].wr.next = &s.wr;
-        }
-        ++_head;
+        _ring.link(s);
         need_post();
     }
     /// Finishes a data message of `n` bytes in `s` (immediate with the credits returned, one
@@ -386,7 +304,7 @@ private:
     /// Credits or slots came back: hands them to queued one-sided operations and the stream,
     /// fairly (see data_path.cc).
     void serve_senders() noexcept {
-        if (_space_waiters.empty() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
+        if (!_ring.has_waiters() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
             return; // nobody waits for a slot or credit (one-sided traffic alone)
         }
         serve_waiting_senders();
@@ -396,7 +314,7 @@ private:
     /// Whether a one-sided operation must queue behind earlier ones (or for space) rather than
     /// be issued now: operations are issued strictly in the order they were called.
     [[gnu::always_inline]] bool must_wait(bool needs_credit) const noexcept {
-        return !_space_waiters.empty() || _reserved_slots > 0 || !can_issue(needs_credit);
+        return _ring.has_waiters() || _ring.reserved_slots() > 0 || !can_issue(needs_credit);
     }
     /// Resolves when it is this operation's turn, with a slot (and a credit if it needs one)
     /// reserved for it; the continuation must issue the operation at once.
@@ -507,26 +425,13 @@ private:
     timer<> _close_timer;
     bool _close_after_fin = false;
 
-    // send ring: slots [_tail, _posted) are posted, [_posted, _head) wait for post_pending
-    unsigned _depth;
     ibv_cq* _cq = nullptr;                // the shard CQ (of several) its sends and receives complete on
     bool _fail_receivers_at_reap = false; // closed inside a dispatch: completions may still follow
-    std::unique_ptr<send_slot[]> _slots;
-    uint64_t _head = 0;
-    uint64_t _posted = 0;
-    uint64_t _tail = 0;
-    unsigned _unsignaled_run = 0;
     uint32_t _max_inline = 0;
     uint32_t _max_sge = 1; // scatter-gather entries per send (≤ max_send_gather, the device's)
-    /// One-sided operations waiting for their turn, in call order.
-    struct space_waiter {
-        promise<> pr;
-        bool needs_credit;
-    };
-    std::deque<space_waiter> _space_waiters;
-    unsigned _reserved_slots = 0; // woken waiters that have not issued yet
-    unsigned _turns_ready = 0;    // of which passed wait_turn and issue in their next task
-    buffer _atomics;              // 8 bytes per slot for atomic results
+    // the send queue's slots, and the one-sided operations waiting for their turn
+    send_ring _ring;
+    buffer _atomics; // 8 bytes per slot for atomic results
 
     // flow control: what we may send, what the peer may send (receives reserved in the SRQ
     // for it), and which of the woken one-sided operations hold a credit

@@ -187,7 +187,7 @@ future<T> connection_impl::start_abortable(abort_source& as, bool needs_credit, 
 }
 
 uint64_t* connection_impl::atomic_result(const send_slot& s) noexcept {
-    return reinterpret_cast<uint64_t*>(_atomics.data() + (s.seq % _depth) * sizeof(uint64_t));
+    return reinterpret_cast<uint64_t*>(_atomics.data() + (s.seq % _ring.depth()) * sizeof(uint64_t));
 }
 
 // The slot kinds follow one_sided_op's kinds in order.
@@ -205,7 +205,7 @@ static_assert(uint8_t(send_slot::op::compare_swap) - uint8_t(send_slot::op::read
 // docs/performance-history.md, "Calls, not instructions"). Where the kind is known at the call
 // (`rdma::connection`'s methods), the branches on it fold away.
 [[gnu::always_inline]] inline send_slot& connection_impl::prepare(const one_sided_op& op) noexcept {
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = send_slot::op(uint8_t(send_slot::op::read) + uint8_t(op.what));
     s.signaled = true;
     ++_stats.one_sided_ops;
@@ -258,7 +258,7 @@ future<T> connection_impl::issue(const one_sided_op& op) {
         return f;
     } else {
         if (!_atomics) {
-            _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
+            _atomics = _ctx->pool().try_allocate(size_t(_ring.depth()) * sizeof(uint64_t));
             if (!_atomics) {
                 return make_exception_future<uint64_t>(pool_exhausted("no pool memory for atomic results"));
             }
@@ -407,7 +407,7 @@ future<> connection_impl::issue_bind_window(const std::shared_ptr<window_state>&
 send_slot& connection_impl::prepare_window_op(send_slot::op kind,
                                               const std::shared_ptr<window_state>& st) noexcept {
     take_turn(false);
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = kind;
     s.signaled = true;
     s.window = st;
