@@ -333,9 +333,14 @@ private:
     [[gnu::always_inline]] bool can_issue(bool needs_credit) const noexcept {
         return free_slots() > 1 && (!needs_credit || _credits.free_credits() > 0);
     }
-    /// Why `op` cannot start (null: it can): a closed connection, bytes outside the remote
-    /// region, a misaligned atomic.
-    std::exception_ptr check(const one_sided_op& op) const;
+    /// Why an operation `what` on `length` bytes at `offset` of `rr` cannot start (null: it
+    /// can): a closed connection, bytes outside the remote region, a misaligned atomic.
+    std::exception_ptr check(one_sided_op::kind what, uint64_t length, remote_region rr,
+                             uint64_t offset) const;
+    /// `check` of `op`.
+    std::exception_ptr check(const one_sided_op& op) const {
+        return check(op.what, op.length(), op.remote, op.offset);
+    }
     /// Calls `issue` now, or at the operation's turn (see `wait_turn`).
     template <typename T, typename Issue>
     future<T> start_op(bool needs_credit, Issue issue);
@@ -349,6 +354,8 @@ private:
     /// Posts `op` now (its turn has come and a slot, and credit, is free); `T` as for `start`.
     template <typename T>
     future<T> issue(const one_sided_op& op);
+    /// The `op_completion` form of `op` when it must wait for its turn: through the future path.
+    void start_behind(one_sided_op op, op_completion& done) noexcept;
     /// Hands `f`'s outcome to `done` when it is ready (an operation that waited for its turn).
     static void complete_when_ready(future<> f, op_completion& done) noexcept;
     /// Where the atomic of slot `s` writes the previous value.

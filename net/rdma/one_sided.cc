@@ -109,19 +109,19 @@ exported_region export_region(const buffer& b, access a, size_t offset, size_t l
 
 namespace shoal::net::rdma::internal {
 
-std::exception_ptr connection_impl::check(const one_sided_op& op) const {
+std::exception_ptr connection_impl::check(one_sided_op::kind what, uint64_t length, remote_region rr,
+                                          uint64_t offset) const {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
     if (!usable()) {
         return _error ? _error : closed_error();
     }
-    const uint64_t len = op.length();
-    const remote_region& rr = op.remote;
-    if (op.offset > rr.length || len > rr.length - op.offset) {
+    const one_sided_op op{.what = what};
+    if (offset > rr.length || length > rr.length - offset) {
         return std::make_exception_ptr(std::out_of_range(
             fmt::format("RDMA {} of {} bytes at offset {} is outside the remote region of {} bytes",
-                        op.name(), len, op.offset, rr.length)));
+                        op.name(), length, offset, rr.length)));
     }
-    if (op.atomic() && (rr.addr + op.offset) % 8) {
+    if (op.atomic() && (rr.addr + offset) % 8) {
         return std::make_exception_ptr(std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
     }
     return nullptr;
@@ -300,23 +300,30 @@ void connection_impl::complete_when_ready(future<> f, op_completion& done) noexc
         [&done](future<> r) { done.complete(r.failed() ? r.get_exception() : nullptr); });
 }
 
+// Out of line, so that the `op_completion` form's fast path keeps its descriptor in registers.
+[[gnu::noinline]] void connection_impl::start_behind(one_sided_op op, op_completion& done) noexcept {
+    try {
+        const bool needs_credit = op.needs_credit();
+        complete_when_ready(
+            start_op<void>(needs_credit, [this, op = std::move(op)] { return issue<void>(op); }), done);
+    } catch (...) {
+        done.complete(std::current_exception());
+    }
+}
+
 [[gnu::always_inline]] inline void connection_impl::start(one_sided_op op, op_completion& done) noexcept {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
     assert(!op.atomic()); // its previous value would have nowhere to go
     if (!usable() || op.offset > op.remote.length || op.local.length > op.remote.length - op.offset)
         [[unlikely]] {
-        // A broken connection or a span outside the region: `check` says which.
-        done.complete(check(op));
+        // A broken connection or a span outside the region: `check` says which. (The check
+        // takes the facts, not `op`: `op` stays in registers on the fast path.)
+        done.complete(check(op.what, op.length(), op.remote, op.offset));
         return;
     }
     const bool needs_credit = op.needs_credit();
     if (must_wait(needs_credit)) { // behind earlier operations: through the future path, at its turn
-        try {
-            complete_when_ready(
-                start_op<void>(needs_credit, [this, op = std::move(op)] { return issue<void>(op); }), done);
-        } catch (...) {
-            done.complete(std::current_exception());
-        }
+        start_behind(std::move(op), done);
         return;
     }
     // Its turn is now (nothing queued, nothing reserved): no turn to take, no promise to make.
