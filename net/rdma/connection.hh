@@ -3,11 +3,11 @@
 #include "core/abort_source.hh"
 #include "core/future.hh"
 #include "net/message.hh"
+#include "net/rdma/connection_stats.hh"
 #include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/op_completion.hh"
 #include "net/rdma/options.hh"
-#include "net/rdma/queue_pair.hh"
 #include "net/socket_address.hh"
 #include "net/stream.hh"
 
@@ -15,11 +15,17 @@
 #include <memory>
 #include <optional>
 
+struct ibv_mr;
+
 namespace shoal::net::rdma {
+
+class memory_window;
 
 namespace internal {
 class acceptor;
-}
+class connection_impl;
+class connection_ref;
+} // namespace internal
 
 /// An RDMA reliable connection on the calling shard: one-sided operations (each a future
 /// resolved by its completion; several issued in one task are posted as one list), the stream
@@ -36,72 +42,48 @@ public:
         : _ref(std::move(ref)) {}
 
     /// RDMA READ of `dst.length` bytes at `offset` of `src` into `dst`.
-    future<> read(local_span dst, const remote_region& src, uint64_t offset = 0) {
-        return impl().read(std::move(dst), src, offset);
-    }
+    future<> read(local_span dst, const remote_region& src, uint64_t offset = 0);
     /// RDMA WRITE of `src` to `offset` of `dst`.
-    future<> write(local_span src, const remote_region& dst, uint64_t offset = 0) {
-        return impl().write(std::move(src), dst, offset);
-    }
+    future<> write(local_span src, const remote_region& dst, uint64_t offset = 0);
     /// RDMA WRITE_WITH_IMM: writes, then the peer receives `imm` (after the data is visible).
     /// Uses one of the peer's receive credits.
-    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm) {
-        return impl().write_with_imm(std::move(src), dst, offset, imm);
-    }
+    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
     /// `read` whose outcome goes to `done` (see `op_completion`) instead of a future: the
     /// completion calls it directly. `done` must live until it is called.
-    void read(local_span dst, const remote_region& src, uint64_t offset, op_completion& done) noexcept {
-        impl().read(std::move(dst), src, offset, done);
-    }
+    void read(local_span dst, const remote_region& src, uint64_t offset, op_completion& done) noexcept;
     /// `write` whose outcome goes to `done` (see the `read` that takes one).
-    void write(local_span src, const remote_region& dst, uint64_t offset, op_completion& done) noexcept {
-        impl().write(std::move(src), dst, offset, done);
-    }
+    void write(local_span src, const remote_region& dst, uint64_t offset, op_completion& done) noexcept;
     /// Atomic fetch-and-add on the 8-byte word at `offset` of `dst`; yields the previous value.
-    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
-        return impl().fetch_add(dst, offset, add);
-    }
+    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
     /// Atomic compare-and-swap on the 8-byte word at `offset`; yields the previous value (the
     /// swap happened when it equals `expected`).
     future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                  uint64_t desired) {
-        return impl().compare_swap(dst, offset, expected, desired);
-    }
+                                  uint64_t desired);
     /// The operations above, cancellable: when `as` aborts, the returned future fails at once
     /// with the abort's reason (`timed_out_error` under `with_timeout(deadline, func)`), and an
     /// operation still queued behind others is never posted. One already posted cannot be taken
     /// back: it still runs, and its span holds its pool memory until the device completes it.
-    future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as) {
-        return impl().read(std::move(dst), src, offset, as);
-    }
+    future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as);
     /// Cancellable `write` (see the cancellable `read`).
-    future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as) {
-        return impl().write(std::move(src), dst, offset, as);
-    }
+    future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as);
     /// Cancellable `write_with_imm` (see the cancellable `read`).
     future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
-                            abort_source& as) {
-        return impl().write_with_imm(std::move(src), dst, offset, imm, as);
-    }
+                            abort_source& as);
     /// Cancellable `fetch_add` (see the cancellable `read`).
-    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add, abort_source& as) {
-        return impl().fetch_add(dst, offset, add, as);
-    }
+    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add, abort_source& as);
     /// Cancellable `compare_swap` (see the cancellable `read`).
     future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                  uint64_t desired, abort_source& as) {
-        return impl().compare_swap(dst, offset, expected, desired, as);
-    }
+                                  uint64_t desired, abort_source& as);
     /// The next immediate value a WRITE_WITH_IMM from the peer delivered (in order). Fails
     /// with std::logic_error once a channel of tagged immediates is open.
-    future<uint32_t> next_immediate() { return impl().next_immediate(); }
+    future<uint32_t> next_immediate();
     /// Opens the channel of immediates tagged `tag` (0-15), so several users share this
     /// connection's WRITE_WITH_IMM events (see `immediate_channel`). Throws
     /// std::invalid_argument for a bad tag, std::logic_error when it is open already.
     immediate_channel immediates(unsigned tag);
 
     /// The region the peer offered in its connect/accept private data, if any.
-    const std::optional<remote_region>& peer_region() const noexcept { return impl().peer_region(); }
+    const std::optional<remote_region>& peer_region() const noexcept;
     /// The stream transport over this connection (take it once; not with `messages()`).
     net::connected_socket socket();
     /// The message API over this connection (take it once; not with `socket()`): each message
@@ -115,39 +97,37 @@ public:
     /// (the rkey is refused on any other QP). A failed bind fails the future and the connection
     /// (like any failed work request); the window is then deallocated when dropped.
     future<remote_region> bind_window(memory_window& w, const ibv_mr* mr, const char* addr, size_t len,
-                                      access a) {
-        return impl().bind_window(w, mr, addr, len, a);
-    }
+                                      access a);
     /// `bind_window` over `len` bytes at `offset` of `mr`.
     future<remote_region> bind_window(memory_window& w, const memory_region& mr, size_t offset, size_t len,
                                       access a) {
-        return impl().bind_window(w, mr.mr(), mr.data() + offset, len, a);
+        return bind_window(w, mr.mr(), mr.data() + offset, len, a);
     }
     /// Invalidates window `w`, bound on this connection (LOCAL_INV of its rkey on the same QP):
     /// resolves once it completed; from then on the rkey fails with a remote access error and
     /// the window goes back to the shard's free list when dropped. Operations of the peer that
     /// the device executed before the invalidate may still have completed.
-    future<> invalidate_window(memory_window& w) { return impl().invalidate_window(w); }
+    future<> invalidate_window(memory_window& w);
 
     /// This side's address.
-    net::socket_address local_address() const noexcept { return impl().local_address(); }
+    net::socket_address local_address() const noexcept;
     /// The peer's address.
-    net::socket_address peer_address() const noexcept { return impl().peer_address(); }
+    net::socket_address peer_address() const noexcept;
     /// Counters of this connection.
-    const connection_stats& stats() const noexcept { return impl().stats(); }
+    const connection_stats& stats() const noexcept;
     /// Size of the peer's receive buffers (the largest message this side may send).
-    uint32_t peer_recv_buffer_size() const noexcept { return impl().peer_params().recv_buffer_size; }
+    uint32_t peer_recv_buffer_size() const noexcept;
     /// False once the connection is closed or broken.
-    bool usable() const noexcept { return _ref && impl().usable(); }
+    bool usable() const noexcept;
     /// Why it is closed or broken (null while usable).
-    std::exception_ptr error() const noexcept { return impl().error(); }
+    std::exception_ptr error() const noexcept;
     /// Closes it now (pending operations fail).
     void close();
     /// True when it refers to a connection (usable or not).
     explicit operator bool() const noexcept { return bool(_ref); }
 
 private:
-    internal::connection_impl& impl() const noexcept { return _ref->impl(); }
+    internal::connection_impl& impl() const noexcept;
     std::shared_ptr<internal::connection_ref> _ref;
 };
 

@@ -4,9 +4,9 @@
 
 #include "core/log.hh"
 #include "core/smp.hh"
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
-#include "net/rdma/queue_pair.hh"
 
 #include <algorithm>
 #include <atomic>
@@ -406,21 +406,17 @@ connection_impl::connection_impl(shard_context& ctx, rdma_cm_id* id, const conne
     , _opts(opts)
     , _active(active)
     , _state(active ? state::resolving : state::connecting)
-    , _depth(std::max(8u, opts.send_queue_depth))
-    , _slots(std::make_unique<send_slot[]>(_depth)) {
+    , _ring(this, opts.send_queue_depth, opts.signal_every) {
     _opts.credits = std::clamp(_opts.credits, 1u, 65535u);
     _opts.idle_credits = std::clamp(_opts.idle_credits, 1u, _opts.credits);
     // At least 2: a credit-only message that returns one control credit must not be answered
     // by another (two idle peers with one control credit each would bounce them forever).
     _opts.ctrl_credits = std::clamp(_opts.ctrl_credits, 2u, max_imm_ctrl_credits);
     _credits = credit_window({_opts.credits, _opts.idle_credits, _opts.ctrl_credits});
-    _opts.signal_every = std::clamp(_opts.signal_every, 1u, _depth / 2);
-    for (unsigned i = 0; i < _depth; ++i) {
-        _slots[i].conn = this;
-    }
+    _opts.signal_every = _ring.signal_every();
     _max_inline = ctx.dev().capabilities().max_inline_data;
     try {
-        _cq = ctx.add_connection(this, _depth);
+        _cq = ctx.add_connection(this, _ring.depth());
     } catch (...) {
         ctx.release_receive_queue(*_srq); // the destructor does not run
         throw;
@@ -496,7 +492,7 @@ void connection_impl::create_qp() {
     a.srq = _srq->srq();
     a.qp_type = IBV_QPT_RC;
     a.sq_sig_all = 0;
-    a.cap.max_send_wr = _depth;
+    a.cap.max_send_wr = _ring.depth();
     // A message's pieces (header, payload) go out as one SEND: several entries, as many as
     // the device allows (rxe: 32) up to max_send_gather.
     a.cap.max_send_sge = std::clamp(_ctx->dev().capabilities().max_send_sge, 1u, max_send_gather);
@@ -510,7 +506,7 @@ void connection_impl::create_qp() {
         throw rdma_error(errno_text(
             fmt::format("rdma_create_qp (send queue {}, {} send SGEs, inline {}; id on {} device context, "
                         "{}CQ of {} entries, {} connections on the shard)",
-                        _depth, a.cap.max_send_sge, _max_inline,
+                        _ring.depth(), a.cap.max_send_sge, _max_inline,
                         _id->verbs == _ctx->qp_pd()->context ? "the PD's" : "ANOTHER",
                         _id->qp ? "a QP already on the id, " : "", _cq->cqe, _ctx->stats().connections),
             err));
@@ -849,10 +845,8 @@ void connection_impl::destroy_resources() noexcept {
     // No completion can name the QP now; take those still queued (receives find no owner,
     // sends retire their slots), then retire what never completed.
     _ctx->drain_cq();
-    while (_tail < _posted) {
-        send_slot& s = _slots[_tail % _depth];
-        ++_tail;
-        finish_slot(s, s.signaled ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS, nullptr);
+    while (send_slot* s = _ring.retire_oldest()) {
+        finish_slot(*s, s->signaled ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS, nullptr);
     }
     _srq->release(_credits.release_all());
     _ctx->release_receive_queue(*_srq); // its QP is gone, the CQs drained
@@ -868,7 +862,7 @@ void connection_impl::destroy_resources() noexcept {
     _tx_bytes = 0;
     _atomics.reset();
     if (_in_context) {
-        _ctx->remove_connection(this, _cq, _depth);
+        _ctx->remove_connection(this, _cq, _ring.depth());
         _in_context = false;
     }
     _state = state::closed;

@@ -3,9 +3,9 @@
 #include "core/future_util.hh"
 #include "core/log.hh"
 #include "core/smp.hh"
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/connection_manager.hh"
 #include "net/rdma/error.hh"
-#include "net/rdma/queue_pair.hh"
 
 #include <algorithm>
 #include <cerrno>

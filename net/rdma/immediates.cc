@@ -2,6 +2,7 @@
 #include "net/rdma/immediates.hh"
 
 #include "net/rdma/connection.hh"
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/context.hh"
 
 #include <stdexcept>
@@ -127,15 +128,7 @@ immediate_channel::~immediate_channel() {
     }
 }
 
-future<> immediate_channel::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
-                                           uint32_t value) {
-    if (value > max_value) {
-        return make_exception_future<>(std::invalid_argument("immediate_channel::write_with_imm: value " +
-                                                             std::to_string(value) + " exceeds 2^28 - 1"));
-    }
-    return _ref->impl().write_with_imm(src, dst, offset,
-                                       (uint32_t(_tag) << internal::immediate_value_bits) | value);
-}
+// immediate_channel::write_with_imm is in one_sided.cc, beside the WRITE_WITH_IMM it starts.
 
 future<uint32_t> immediate_channel::next() {
     return _ref->impl().next_tagged(_tag);

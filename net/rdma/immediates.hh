@@ -5,12 +5,24 @@
 
 #include "core/future.hh"
 #include "net/rdma/memory_region.hh"
-#include "net/rdma/queue_pair.hh"
 
 #include <cstdint>
 #include <memory>
 
 namespace shoal::net::rdma {
+
+namespace internal {
+class connection_ref;
+
+/// Channels of tagged immediates per connection: the tag is the immediate's top 4 bits.
+inline constexpr unsigned immediate_tags = 16;
+/// Bits of a tagged immediate's value.
+inline constexpr unsigned immediate_value_bits = 28;
+/// Why `next_immediate` fails once channels are open.
+inline constexpr const char* tagged_immediates_error =
+    "connection::next_immediate(): this connection's immediates are tagged (connection::immediates(tag) "
+    "was opened); read them from their channels";
+} // namespace internal
 
 /// One user's channel of a connection's immediates (from `connection::immediates(tag)`). A
 /// tagged immediate carries the tag (0-15) in its top 4 bits and a 28-bit value; the receiver

@@ -58,7 +58,7 @@ future<> connection_impl::message_put(std::span<net::temporary_buffer> parts, si
 bool connection_impl::build_message() noexcept {
     queued_message& m = _msgs.front();
     memory_pool& pool = _ctx->pool();
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = send_slot::op::stream;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
     const bool inl = m.size <= _max_inline;

@@ -5,7 +5,7 @@
 // rdma::connection::messages().
 
 #include "net/message.hh"
-#include "net/rdma/queue_pair.hh"
+#include "net/rdma/connection_impl.hh"
 
 #include <memory>
 

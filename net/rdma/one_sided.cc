@@ -1,11 +1,15 @@
 // One-sided operations of a connection, the regions they work on, and the binding and
 // invalidation of memory windows.
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
+#include "net/rdma/immediates.hh"
 #include "net/rdma/memory_region.hh"
-#include "net/rdma/queue_pair.hh"
 
+#include <cassert>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -105,26 +109,19 @@ exported_region export_region(const buffer& b, access a, size_t offset, size_t l
 
 namespace shoal::net::rdma::internal {
 
-std::exception_ptr connection_impl::check_transfer(const char* op, uint64_t len, const remote_region& rr,
-                                                   uint64_t offset) const {
+std::exception_ptr connection_impl::check(one_sided_op::kind what, uint64_t length, remote_region rr,
+                                          uint64_t offset) const {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
     if (!usable()) {
         return _error ? _error : closed_error();
     }
-    if (offset > rr.length || len > rr.length - offset) {
+    const one_sided_op op{.what = what};
+    if (offset > rr.length || length > rr.length - offset) {
         return std::make_exception_ptr(std::out_of_range(
-            fmt::format("RDMA {} of {} bytes at offset {} is outside the remote region of {} bytes", op, len,
-                        offset, rr.length)));
+            fmt::format("RDMA {} of {} bytes at offset {} is outside the remote region of {} bytes",
+                        op.name(), length, offset, rr.length)));
     }
-    return nullptr;
-}
-
-std::exception_ptr connection_impl::check_atomic(const char* op, const remote_region& rr,
-                                                 uint64_t offset) const {
-    if (auto ex = check_transfer(op, 8, rr, offset)) {
-        return ex;
-    }
-    if ((rr.addr + offset) % 8) {
+    if (op.atomic() && (rr.addr + offset) % 8) {
         return std::make_exception_ptr(std::invalid_argument("RDMA atomics need an 8-byte aligned address"));
     }
     return nullptr;
@@ -189,16 +186,40 @@ future<T> connection_impl::start_abortable(abort_source& as, bool needs_credit, 
     return out;
 }
 
-// Inlined into each issuing function (and `start_notified` into `read` and `write`): one call
-// less per operation, which the emulated guest charges more than the instructions (see
-// docs/performance-history.md, "Calls, not instructions").
-[[gnu::always_inline]] inline send_slot& connection_impl::prepare_one_sided(send_slot::op kind,
-                                                                            const local_span& local,
-                                                                            const remote_region& rr,
-                                                                            uint64_t offset) noexcept {
-    send_slot& s = next_slot();
-    s.kind = kind;
+uint64_t* connection_impl::atomic_result(const send_slot& s) noexcept {
+    return reinterpret_cast<uint64_t*>(_atomics.data() + (s.seq % _ring.depth()) * sizeof(uint64_t));
+}
+
+// The slot kinds follow one_sided_op's kinds in order.
+static_assert(uint8_t(send_slot::op::write) - uint8_t(send_slot::op::read) ==
+              uint8_t(one_sided_op::kind::write));
+static_assert(uint8_t(send_slot::op::write_imm) - uint8_t(send_slot::op::read) ==
+              uint8_t(one_sided_op::kind::write_imm));
+static_assert(uint8_t(send_slot::op::fetch_add) - uint8_t(send_slot::op::read) ==
+              uint8_t(one_sided_op::kind::fetch_add));
+static_assert(uint8_t(send_slot::op::compare_swap) - uint8_t(send_slot::op::read) ==
+              uint8_t(one_sided_op::kind::compare_swap));
+
+// Inlined into `issue` and the `op_completion` form of `start`: one call less per operation,
+// which the emulated guest charges more than the instructions (see
+// docs/performance-history.md, "Calls, not instructions"). Where the kind is known at the call
+// (`rdma::connection`'s methods), the branches on it fold away.
+[[gnu::always_inline]] inline send_slot& connection_impl::prepare(const one_sided_op& op) noexcept {
+    send_slot& s = _ring.next_slot();
+    s.kind = send_slot::op(uint8_t(send_slot::op::read) + uint8_t(op.what));
     s.signaled = true;
+    ++_stats.one_sided_ops;
+    if (op.atomic()) {
+        s.sge = ibv_sge{reinterpret_cast<uintptr_t>(atomic_result(s)), 8, _atomics.lkey()};
+        s.wr.opcode = op.what == one_sided_op::kind::fetch_add ? IBV_WR_ATOMIC_FETCH_AND_ADD
+                                                               : IBV_WR_ATOMIC_CMP_AND_SWP;
+        s.wr.wr.atomic.remote_addr = op.remote.addr + op.offset;
+        s.wr.wr.atomic.rkey = op.remote.rkey;
+        s.wr.wr.atomic.compare_add = op.operand;
+        s.wr.wr.atomic.swap = op.swap;
+        return s;
+    }
+    const local_span& local = op.local;
     s.sge = ibv_sge{reinterpret_cast<uintptr_t>(local.addr), local.length, local.lkey};
     if (local.length == 0) {
         s.wr.num_sge = 0;
@@ -208,30 +229,66 @@ future<T> connection_impl::start_abortable(abort_source& as, bool needs_credit, 
     if (local.hold) {
         s.held.hold(memory_hold(local.hold).into_temporary_buffer(local.addr, local.length));
     }
-    s.wr.wr.rdma.remote_addr = rr.addr + offset;
-    s.wr.wr.rdma.rkey = rr.rkey;
-    ++_stats.one_sided_ops;
+    s.wr.wr.rdma.remote_addr = op.remote.addr + op.offset;
+    s.wr.wr.rdma.rkey = op.remote.rkey;
+    if (op.what == one_sided_op::kind::read) {
+        s.wr.opcode = IBV_WR_RDMA_READ;
+        return s;
+    }
+    s.wr.opcode = IBV_WR_RDMA_WRITE;
+    if (op.what == one_sided_op::kind::write_imm) {
+        s.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        s.wr.imm_data = htonl(op.imm);
+        _credits.use_send_credit(); // it consumes one of the peer's receives
+    }
+    if (local.length <= _max_inline && local.length > 0) {
+        s.wr.send_flags |= IBV_SEND_INLINE;
+    }
     return s;
 }
 
-uint64_t* connection_impl::atomic_result(const send_slot& s) noexcept {
-    return reinterpret_cast<uint64_t*>(_atomics.data() + (s.seq % _depth) * sizeof(uint64_t));
+template <typename T>
+future<T> connection_impl::issue(const one_sided_op& op) {
+    take_turn(op.needs_credit());
+    if constexpr (std::is_void_v<T>) {
+        send_slot& s = prepare(op);
+        s.done = promise<>();
+        auto f = s.done.get_future();
+        append(s);
+        return f;
+    } else {
+        if (!_atomics) {
+            _atomics = _ctx->pool().try_allocate(size_t(_ring.depth()) * sizeof(uint64_t));
+            if (!_atomics) {
+                return make_exception_future<uint64_t>(pool_exhausted("no pool memory for atomic results"));
+            }
+        }
+        send_slot& s = prepare(op);
+        s.value = promise<uint64_t>();
+        auto f = s.value.get_future();
+        append(s);
+        return f;
+    }
 }
 
-future<> connection_impl::read(local_span dst, const remote_region& src, uint64_t offset) {
-    if (auto ex = check_transfer("READ", dst.length, src, offset)) {
-        return make_exception_future<>(ex);
+// The three forms, inlined into `rdma::connection`'s methods (below): one call per operation
+// from the caller to the connection, as when these were the connection's inline bodies.
+template <typename T>
+[[gnu::always_inline]] inline future<T> connection_impl::start(one_sided_op op) {
+    if (auto ex = check(op)) {
+        return make_exception_future<T>(ex);
     }
-    return start_op<void>(false,
-                          [this, dst = std::move(dst), src, offset] { return issue_read(dst, src, offset); });
+    const bool needs_credit = op.needs_credit();
+    return start_op<T>(needs_credit, [this, op = std::move(op)] { return issue<T>(op); });
 }
 
-future<> connection_impl::read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as) {
-    if (auto ex = check_transfer("READ", dst.length, src, offset)) {
-        return make_exception_future<>(ex);
+template <typename T>
+[[gnu::always_inline]] inline future<T> connection_impl::start(one_sided_op op, abort_source& as) {
+    if (auto ex = check(op)) {
+        return make_exception_future<T>(ex);
     }
-    return start_abortable<void>(
-        as, false, [this, dst = std::move(dst), src, offset] { return issue_read(dst, src, offset); });
+    const bool needs_credit = op.needs_credit();
+    return start_abortable<T>(as, needs_credit, [this, op = std::move(op)] { return issue<T>(op); });
 }
 
 void connection_impl::complete_when_ready(future<> f, op_completion& done) noexcept {
@@ -243,206 +300,36 @@ void connection_impl::complete_when_ready(future<> f, op_completion& done) noexc
         [&done](future<> r) { done.complete(r.failed() ? r.get_exception() : nullptr); });
 }
 
-void connection_impl::read(local_span dst, const remote_region& src, uint64_t offset,
-                           op_completion& done) noexcept {
-    start_notified(send_slot::op::read, std::move(dst), src, offset, done);
+// Out of line, so that the `op_completion` form's fast path keeps its descriptor in registers.
+[[gnu::noinline]] void connection_impl::start_behind(one_sided_op op, op_completion& done) noexcept {
+    try {
+        const bool needs_credit = op.needs_credit();
+        complete_when_ready(
+            start_op<void>(needs_credit, [this, op = std::move(op)] { return issue<void>(op); }), done);
+    } catch (...) {
+        done.complete(std::current_exception());
+    }
 }
 
-void connection_impl::write(local_span src, const remote_region& dst, uint64_t offset,
-                            op_completion& done) noexcept {
-    start_notified(send_slot::op::write, std::move(src), dst, offset, done);
-}
-
-[[gnu::always_inline]] inline void connection_impl::start_notified(send_slot::op kind, local_span local,
-                                                                   const remote_region& rr, uint64_t offset,
-                                                                   op_completion& done) noexcept {
+[[gnu::always_inline]] inline void connection_impl::start(one_sided_op op, op_completion& done) noexcept {
     SHOAL_RDMA_CHECK_SHARD(_shard, "RDMA connection");
-    const bool read = kind == send_slot::op::read;
-    if (!usable() || offset > rr.length || local.length > rr.length - offset) [[unlikely]] {
-        // A broken connection or a span outside the region: `check_transfer` says which.
-        done.complete(check_transfer(read ? "READ" : "WRITE", local.length, rr, offset));
+    assert(!op.atomic()); // its previous value would have nowhere to go
+    if (!usable() || op.offset > op.remote.length || op.local.length > op.remote.length - op.offset)
+        [[unlikely]] {
+        // A broken connection or a span outside the region: `check` says which. (The check
+        // takes the facts, not `op`: `op` stays in registers on the fast path.)
+        done.complete(check(op.what, op.length(), op.remote, op.offset));
         return;
     }
-    if (must_wait(false)) { // behind earlier operations: through the future path, at its turn
-        try {
-            complete_when_ready(start_op<void>(false,
-                                               [this, read, local = std::move(local), rr, offset] {
-                                                   return read ? issue_read(local, rr, offset)
-                                                               : issue_write(local, rr, offset);
-                                               }),
-                                done);
-        } catch (...) {
-            done.complete(std::current_exception());
-        }
+    const bool needs_credit = op.needs_credit();
+    if (must_wait(needs_credit)) { // behind earlier operations: through the future path, at its turn
+        start_behind(std::move(op), done);
         return;
     }
     // Its turn is now (nothing queued, nothing reserved): no turn to take, no promise to make.
-    send_slot& s = prepare_one_sided(kind, local, rr, offset);
-    s.wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-    if (!read && local.length <= _max_inline && local.length > 0) {
-        s.wr.send_flags |= IBV_SEND_INLINE;
-    }
+    send_slot& s = prepare(op);
     s.notify = &done;
     append(s);
-}
-
-future<> connection_impl::issue_read(const local_span& dst, const remote_region& src, uint64_t offset) {
-    take_turn(false);
-    send_slot& s = prepare_one_sided(send_slot::op::read, dst, src, offset);
-    s.wr.opcode = IBV_WR_RDMA_READ;
-    s.done = promise<>();
-    auto f = s.done.get_future();
-    append(s);
-    return f;
-}
-
-future<> connection_impl::write(local_span src, const remote_region& dst, uint64_t offset) {
-    if (auto ex = check_transfer("WRITE", src.length, dst, offset)) {
-        return make_exception_future<>(ex);
-    }
-    return start_op<void>(
-        false, [this, src = std::move(src), dst, offset] { return issue_write(src, dst, offset); });
-}
-
-future<> connection_impl::write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as) {
-    if (auto ex = check_transfer("WRITE", src.length, dst, offset)) {
-        return make_exception_future<>(ex);
-    }
-    return start_abortable<void>(
-        as, false, [this, src = std::move(src), dst, offset] { return issue_write(src, dst, offset); });
-}
-
-future<> connection_impl::issue_write(const local_span& src, const remote_region& dst, uint64_t offset) {
-    take_turn(false);
-    send_slot& s = prepare_one_sided(send_slot::op::write, src, dst, offset);
-    s.wr.opcode = IBV_WR_RDMA_WRITE;
-    if (src.length <= _max_inline && src.length > 0) {
-        s.wr.send_flags |= IBV_SEND_INLINE;
-    }
-    s.done = promise<>();
-    auto f = s.done.get_future();
-    append(s);
-    return f;
-}
-
-future<> connection_impl::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
-                                         uint32_t imm) {
-    if (auto ex = check_transfer("WRITE_WITH_IMM", src.length, dst, offset)) {
-        return make_exception_future<>(ex);
-    }
-    return start_op<void>(true, [this, src = std::move(src), dst, offset, imm] {
-        return issue_write_with_imm(src, dst, offset, imm);
-    });
-}
-
-future<> connection_impl::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
-                                         uint32_t imm, abort_source& as) {
-    if (auto ex = check_transfer("WRITE_WITH_IMM", src.length, dst, offset)) {
-        return make_exception_future<>(ex);
-    }
-    return start_abortable<void>(as, true, [this, src = std::move(src), dst, offset, imm] {
-        return issue_write_with_imm(src, dst, offset, imm);
-    });
-}
-
-future<> connection_impl::issue_write_with_imm(const local_span& src, const remote_region& dst,
-                                               uint64_t offset, uint32_t imm) {
-    take_turn(true);
-    send_slot& s = prepare_one_sided(send_slot::op::write_imm, src, dst, offset);
-    s.wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    s.wr.imm_data = htonl(imm);
-    if (src.length <= _max_inline && src.length > 0) {
-        s.wr.send_flags |= IBV_SEND_INLINE;
-    }
-    _credits.use_send_credit(); // it consumes one of the peer's receives
-    s.done = promise<>();
-    auto f = s.done.get_future();
-    append(s);
-    return f;
-}
-
-future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
-    if (auto ex = check_atomic("FETCH_AND_ADD", dst, offset)) {
-        return make_exception_future<uint64_t>(ex);
-    }
-    return start_op<uint64_t>(false, [this, dst, offset, add] { return issue_fetch_add(dst, offset, add); });
-}
-
-future<uint64_t> connection_impl::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add,
-                                            abort_source& as) {
-    if (auto ex = check_atomic("FETCH_AND_ADD", dst, offset)) {
-        return make_exception_future<uint64_t>(ex);
-    }
-    return start_abortable<uint64_t>(as, false,
-                                     [this, dst, offset, add] { return issue_fetch_add(dst, offset, add); });
-}
-
-future<uint64_t> connection_impl::issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
-    take_turn(false);
-    if (!_atomics) {
-        _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
-        if (!_atomics) {
-            return make_exception_future<uint64_t>(pool_exhausted("no pool memory for atomic results"));
-        }
-    }
-    send_slot& s = next_slot();
-    s.kind = send_slot::op::fetch_add;
-    s.signaled = true;
-    s.sge = ibv_sge{reinterpret_cast<uintptr_t>(atomic_result(s)), 8, _atomics.lkey()};
-    s.wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-    s.wr.wr.atomic.remote_addr = dst.addr + offset;
-    s.wr.wr.atomic.rkey = dst.rkey;
-    s.wr.wr.atomic.compare_add = add;
-    ++_stats.one_sided_ops;
-    s.value = promise<uint64_t>();
-    auto f = s.value.get_future();
-    append(s);
-    return f;
-}
-
-future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                               uint64_t desired) {
-    if (auto ex = check_atomic("COMPARE_AND_SWAP", dst, offset)) {
-        return make_exception_future<uint64_t>(ex);
-    }
-    return start_op<uint64_t>(false, [this, dst, offset, expected, desired] {
-        return issue_compare_swap(dst, offset, expected, desired);
-    });
-}
-
-future<uint64_t> connection_impl::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                               uint64_t desired, abort_source& as) {
-    if (auto ex = check_atomic("COMPARE_AND_SWAP", dst, offset)) {
-        return make_exception_future<uint64_t>(ex);
-    }
-    return start_abortable<uint64_t>(as, false, [this, dst, offset, expected, desired] {
-        return issue_compare_swap(dst, offset, expected, desired);
-    });
-}
-
-future<uint64_t> connection_impl::issue_compare_swap(const remote_region& dst, uint64_t offset,
-                                                     uint64_t expected, uint64_t desired) {
-    take_turn(false);
-    if (!_atomics) {
-        _atomics = _ctx->pool().try_allocate(size_t(_depth) * sizeof(uint64_t));
-        if (!_atomics) {
-            return make_exception_future<uint64_t>(pool_exhausted("no pool memory for atomic results"));
-        }
-    }
-    send_slot& s = next_slot();
-    s.kind = send_slot::op::compare_swap;
-    s.signaled = true;
-    s.sge = ibv_sge{reinterpret_cast<uintptr_t>(atomic_result(s)), 8, _atomics.lkey()};
-    s.wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-    s.wr.wr.atomic.remote_addr = dst.addr + offset;
-    s.wr.wr.atomic.rkey = dst.rkey;
-    s.wr.wr.atomic.compare_add = expected;
-    s.wr.wr.atomic.swap = desired;
-    ++_stats.one_sided_ops;
-    s.value = promise<uint64_t>();
-    auto f = s.value.get_future();
-    append(s);
-    return f;
 }
 
 future<uint32_t> connection_impl::next_immediate() {
@@ -527,7 +414,7 @@ future<> connection_impl::issue_bind_window(const std::shared_ptr<window_state>&
 send_slot& connection_impl::prepare_window_op(send_slot::op kind,
                                               const std::shared_ptr<window_state>& st) noexcept {
     take_turn(false);
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = kind;
     s.signaled = true;
     s.window = st;
@@ -563,3 +450,75 @@ future<> connection_impl::issue_invalidate_window(const std::shared_ptr<window_s
 }
 
 } // namespace shoal::net::rdma::internal
+
+// --- rdma::connection's one-sided operations (and an immediate channel's WRITE_WITH_IMM)
+
+namespace shoal::net::rdma {
+
+using internal::one_sided_op;
+
+future<> connection::read(local_span dst, const remote_region& src, uint64_t offset) {
+    return impl().start<void>(one_sided_op::read(std::move(dst), src, offset));
+}
+
+future<> connection::write(local_span src, const remote_region& dst, uint64_t offset) {
+    return impl().start<void>(one_sided_op::write(std::move(src), dst, offset));
+}
+
+future<> connection::write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm) {
+    return impl().start<void>(one_sided_op::write_with_imm(std::move(src), dst, offset, imm));
+}
+
+void connection::read(local_span dst, const remote_region& src, uint64_t offset,
+                      op_completion& done) noexcept {
+    impl().start(one_sided_op::read(std::move(dst), src, offset), done);
+}
+
+void connection::write(local_span src, const remote_region& dst, uint64_t offset,
+                       op_completion& done) noexcept {
+    impl().start(one_sided_op::write(std::move(src), dst, offset), done);
+}
+
+future<uint64_t> connection::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add) {
+    return impl().start<uint64_t>(one_sided_op::fetch_add(dst, offset, add));
+}
+
+future<uint64_t> connection::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                          uint64_t desired) {
+    return impl().start<uint64_t>(one_sided_op::compare_swap(dst, offset, expected, desired));
+}
+
+future<> connection::read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as) {
+    return impl().start<void>(one_sided_op::read(std::move(dst), src, offset), as);
+}
+
+future<> connection::write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as) {
+    return impl().start<void>(one_sided_op::write(std::move(src), dst, offset), as);
+}
+
+future<> connection::write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
+                                    abort_source& as) {
+    return impl().start<void>(one_sided_op::write_with_imm(std::move(src), dst, offset, imm), as);
+}
+
+future<uint64_t> connection::fetch_add(const remote_region& dst, uint64_t offset, uint64_t add,
+                                       abort_source& as) {
+    return impl().start<uint64_t>(one_sided_op::fetch_add(dst, offset, add), as);
+}
+
+future<uint64_t> connection::compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
+                                          uint64_t desired, abort_source& as) {
+    return impl().start<uint64_t>(one_sided_op::compare_swap(dst, offset, expected, desired), as);
+}
+
+future<> immediate_channel::write_with_imm(local_span src, const remote_region& dst, uint64_t offset,
+                                           uint32_t value) {
+    if (value > max_value) {
+        return make_exception_future<>(std::invalid_argument("immediate_channel::write_with_imm: value " +
+                                                             std::to_string(value) + " exceeds 2^28 - 1"));
+    }
+    return _ref->impl().start<void>(one_sided_op::write_with_imm(
+        std::move(src), dst, offset, (uint32_t(_tag) << internal::immediate_value_bits) | value));
+}
+
+} // namespace shoal::net::rdma

@@ -1,6 +1,7 @@
 // The stream transport over a connection, and the public connection/listener API.
 #include "net/rdma/stream.hh"
 
+#include "net/rdma/connection_impl.hh"
 #include "net/rdma/connection_manager.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/error.hh"
@@ -273,10 +274,7 @@ void connection_impl::fail_send_waiters() noexcept {
         _fin_done.reset();
         pr.set_exception(ex);
     }
-    for (auto& w : _space_waiters) {
-        w.pr.set_exception(ex);
-    }
-    _space_waiters.clear();
+    _ring.fail_waiters(ex);
 }
 
 void connection_impl::transmit() noexcept {
@@ -300,7 +298,7 @@ void connection_impl::transmit() noexcept {
         ++_stats.credit_stalls;
     }
     if (tx_empty() && _fin_requested && !_fin_posted && _credits.free_credits() > 0 && free_slots() > 1) {
-        send_slot& s = next_slot();
+        send_slot& s = _ring.next_slot();
         s.kind = send_slot::op::fin;
         s.signaled = true;
         s.wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -344,7 +342,7 @@ bool connection_impl::build_data_message() noexcept {
     // `complete`: the pieces are all that is queued, or a full message. Otherwise (many small
     // pieces backed up behind a full send window) they are coalesced into one pool buffer.
     const bool complete = n == _tx_bytes || n >= limit;
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = send_slot::op::stream;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
     unsigned take_pieces = 0;

@@ -6,14 +6,19 @@
 #include "net/message.hh"
 #include "net/rdma/cm_event.hh"
 #include "net/rdma/completion.hh"
+#include "net/rdma/connection.hh"
+#include "net/rdma/connection_stats.hh"
 #include "net/rdma/context.hh"
 #include "net/rdma/credit_window.hh"
+#include "net/rdma/immediates.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/memory_window.hh"
+#include "net/rdma/one_sided_op.hh"
 #include "net/rdma/op_completion.hh"
 #include "net/rdma/options.hh"
 #include "net/rdma/private_data.hh"
+#include "net/rdma/send_ring.hh"
 #include "net/socket_address.hh"
 #include "net/temporary_buffer.hh"
 
@@ -33,32 +38,6 @@ namespace shoal::net::rdma {
 
 class shard_context;
 class connection;
-
-/// Counters of one connection.
-struct connection_stats {
-    uint64_t messages_sent = 0;       ///< stream messages (SEND) posted
-    uint64_t bytes_sent = 0;          ///< stream payload bytes posted
-    uint64_t inline_sends = 0;        ///< of which inline
-    uint64_t zero_copy_sends = 0;     ///< sent from the caller's registered memory
-    uint64_t copied_sends = 0;        ///< copied into a pool buffer (coalescing small writes)
-    uint64_t gathered_sends = 0;      ///< sent from several pieces in one SEND (scatter-gather)
-    uint64_t messages_received = 0;   ///< stream messages received
-    uint64_t bytes_received = 0;      ///< stream payload bytes received
-    uint64_t ctrl_sent = 0;           ///< credit-only messages sent
-    uint64_t ctrl_received = 0;       ///< credit-only messages received
-    uint64_t credit_stalls = 0;       ///< times sending stopped for lack of credits
-    uint64_t signaled = 0;            ///< signaled send requests
-    uint64_t unsignaled = 0;          ///< unsignaled send requests
-    uint64_t one_sided_ops = 0;       ///< READ/WRITE/atomics posted
-    uint64_t immediates_received = 0; ///< WRITE_WITH_IMM events received
-    /// Send credits handed back to the peer after a quiet period (its receives were released).
-    uint64_t credits_given_back = 0;
-    /// Credits the peer handed back (this side released their receives).
-    uint64_t credits_taken_back = 0;
-    /// Credits granted but not yet told to the peer that this side withdrew when the peer went
-    /// quiet or gave credits back (their receives were released).
-    uint64_t credits_withdrawn = 0;
-};
 
 namespace internal {
 
@@ -82,70 +61,6 @@ public:
 
 private:
     connection_impl* _impl;
-};
-
-/// Channels of tagged immediates per connection: the tag is the immediate's top 4 bits.
-inline constexpr unsigned immediate_tags = 16;
-/// Bits of a tagged immediate's value.
-inline constexpr unsigned immediate_value_bits = 28;
-/// Why `next_immediate` fails once channels are open.
-inline constexpr const char* tagged_immediates_error =
-    "connection::next_immediate(): this connection's immediates are tagged (connection::immediates(tag) "
-    "was opened); read them from their channels";
-
-/// Most scatter-gather entries a send of a connection uses (clamped to the device's limit):
-/// a message's pieces (e.g. a header and a payload) leave in one SEND without being joined.
-inline constexpr unsigned max_send_gather = 4;
-
-/// The caller's buffers a send reads in place, one per scatter-gather entry; released when
-/// the send completed (or, inline, once it is posted).
-struct held_buffers {
-    std::array<net::temporary_buffer, max_send_gather> bufs;
-    unsigned count = 0;
-    /// Keeps `b` until the send is done.
-    void hold(net::temporary_buffer b) noexcept { bufs[count++] = std::move(b); }
-    /// Drops every buffer held.
-    void reset() noexcept {
-        for (unsigned i = 0; i < count; ++i) {
-            bufs[i].reset();
-        }
-        count = 0;
-    }
-    /// True when it holds a buffer.
-    explicit operator bool() const noexcept { return count != 0; }
-};
-
-/// One send work request and what it holds until it completes. Its address is the request's
-/// wr_id; a signaled completion retires it and every unsignaled request posted before it.
-struct send_slot final : completion_handler {
-    enum class op : uint8_t {
-        free,
-        stream,
-        ctrl,
-        fin,
-        read,
-        write,
-        write_imm,
-        fetch_add,
-        compare_swap,
-        bind_window,
-        invalidate_window
-    };
-    connection_impl* conn = nullptr;
-    uint64_t seq = 0;
-    op kind = op::free;
-    bool signaled = false;
-    ibv_send_wr wr{};
-    std::array<ibv_sge, max_send_gather> sges{};
-    ibv_sge& sge = sges[0];               // the first entry (the only one of one-sided operations)
-    buffer copy;                          // pool copy of stream bytes
-    held_buffers held;                    // caller memory sent in place
-    promise<> done;                       // READ / WRITE / WRITE_WITH_IMM / window bind and invalidate
-    op_completion* notify = nullptr;      // READ / WRITE issued with an op_completion (instead of `done`)
-    std::shared_ptr<window_state> window; // the window a bind or invalidate works on
-    promise<uint64_t> value;              // atomics: the previous value
-    /// Passes the completion to the connection, which retires this slot and the ones before it.
-    void complete(const ibv_wc& wc) noexcept override;
 };
 
 /// An RC queue pair on a shard with everything that runs over it: the send ring (selective
@@ -204,7 +119,7 @@ public:
     /// A new user hold (raises the user count).
     std::shared_ptr<connection_ref> make_ref();
 
-    // --- data path (queue_pair.cc)
+    // --- data path (data_path.cc)
     /// Posts the queued send requests as one list, adding a credit message first when one is
     /// due. Called by the context once per poll.
     void post_pending() noexcept;
@@ -243,29 +158,19 @@ public:
     /// A device asynchronous event about this connection's QP.
     void on_qp_event(ibv_event_type type) noexcept;
 
-    // --- one-sided (one_sided.cc)
-    /// See `rdma::connection::read`; waits for a free send slot.
-    future<> read(local_span dst, const remote_region& src, uint64_t offset);
-    /// See `rdma::connection::write`; waits for a free send slot.
-    future<> write(local_span src, const remote_region& dst, uint64_t offset);
-    /// See `rdma::connection::write_with_imm`; waits for a free send slot and a credit.
-    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm);
-    /// See `rdma::connection::fetch_add`; the remote address must be 8-byte aligned.
-    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
-    /// See `rdma::connection::compare_swap`; the remote address must be 8-byte aligned.
-    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                  uint64_t desired);
-    /// READ / WRITE whose outcome goes to `done`: see `rdma::connection`.
-    void read(local_span dst, const remote_region& src, uint64_t offset, op_completion& done) noexcept;
-    void write(local_span src, const remote_region& dst, uint64_t offset, op_completion& done) noexcept;
-    /// The operations above, cancelled by `as`: see `rdma::connection`.
-    future<> read(local_span dst, const remote_region& src, uint64_t offset, abort_source& as);
-    future<> write(local_span src, const remote_region& dst, uint64_t offset, abort_source& as);
-    future<> write_with_imm(local_span src, const remote_region& dst, uint64_t offset, uint32_t imm,
-                            abort_source& as);
-    future<uint64_t> fetch_add(const remote_region& dst, uint64_t offset, uint64_t add, abort_source& as);
-    future<uint64_t> compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                  uint64_t desired, abort_source& as);
+    // --- one-sided (one_sided.cc): the operations of `rdma::connection`, each described by a
+    // `one_sided_op`; these templates are defined (and inlined into the callers) there.
+    /// Starts `op` (waiting for a free send slot, and a credit for a WRITE_WITH_IMM, behind
+    /// earlier operations): resolves when it completed, with the previous value for an atomic
+    /// (`T` = uint64_t) or nothing for a transfer (`T` = void).
+    template <typename T>
+    future<T> start(one_sided_op op);
+    /// `start`, cancelled by `as`: see `rdma::connection`.
+    template <typename T>
+    future<T> start(one_sided_op op, abort_source& as);
+    /// `start` of a transfer whose outcome goes to `done` (see `op_completion`): with its turn
+    /// now, no promise, future or task.
+    void start(one_sided_op op, op_completion& done) noexcept;
     /// See `rdma::connection::next_immediate`; one waiter at a time.
     future<uint32_t> next_immediate();
 
@@ -341,41 +246,13 @@ private:
     void established(const cm_event& ev) noexcept;
     void on_disconnected() noexcept;
 
-    // send ring (queue_pair.cc)
-    /// Send slots nobody holds: neither in use nor reserved for a one-sided operation whose
-    /// turn came (see `wait_turn`).
-    unsigned free_slots() const noexcept {
-        unsigned raw = unsigned(_depth - (_head - _tail));
-        return raw > _reserved_slots ? raw - _reserved_slots : 0;
-    }
-    /// The next free slot of the ring, cleared (the caller checked there is one).
-    [[gnu::always_inline]] send_slot& next_slot() noexcept {
-        send_slot& s = _slots[_head % _depth];
-        s.seq = _head;
-        s.kind = send_slot::op::free;
-        s.signaled = false;
-        s.wr = ibv_send_wr{};
-        s.wr.wr_id = wr_id_of(&s);
-        s.wr.sg_list = &s.sge;
-        s.wr.num_sge = 1;
-        s.sge = ibv_sge{};
-        return s;
-    }
-    /// Links `s` (filled) to the batch that `post_pending` posts; every `signal_every`-th
-    /// request is signaled. Always inlined: it is on every operation's path.
+    // send ring (data_path.cc; the slots themselves are `_ring`)
+    /// Send slots nobody holds (see `send_ring::free_slots`).
+    unsigned free_slots() const noexcept { return _ring.free_slots(); }
+    /// Links `s` (filled, from `_ring.next_slot()`) to the batch that `post_pending` posts.
+    /// Always inlined: it is on every operation's path.
     [[gnu::always_inline]] void append(send_slot& s) noexcept {
-        if (!s.signaled && ++_unsignaled_run >= _opts.signal_every) {
-            s.signaled = true;
-        }
-        if (s.signaled) {
-            s.wr.send_flags |= IBV_SEND_SIGNALED;
-            _unsignaled_run = 0;
-        }
-        s.wr.next = nullptr;
-        if (_head > _posted) {
-            _slots[(_head - 1) % _depth].wr.next = &s.wr;
-        }
-        ++_head;
+        _ring.link(s);
         need_post();
     }
     /// Finishes a data message of `n` bytes in `s` (immediate with the credits returned, one
@@ -425,9 +302,9 @@ private:
     /// Wakes up to `max` queued one-sided operations whose turn came (in call order).
     void wake_space_waiters(unsigned max = ~0u) noexcept;
     /// Credits or slots came back: hands them to queued one-sided operations and the stream,
-    /// fairly (see queue_pair.cc).
+    /// fairly (see data_path.cc).
     void serve_senders() noexcept {
-        if (_space_waiters.empty() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
+        if (!_ring.has_waiters() && tx_empty() && !_fin_requested && _put_waiters.empty()) {
             return; // nobody waits for a slot or credit (one-sided traffic alone)
         }
         serve_waiting_senders();
@@ -437,7 +314,7 @@ private:
     /// Whether a one-sided operation must queue behind earlier ones (or for space) rather than
     /// be issued now: operations are issued strictly in the order they were called.
     [[gnu::always_inline]] bool must_wait(bool needs_credit) const noexcept {
-        return !_space_waiters.empty() || _reserved_slots > 0 || !can_issue(needs_credit);
+        return _ring.has_waiters() || _ring.reserved_slots() > 0 || !can_issue(needs_credit);
     }
     /// Resolves when it is this operation's turn, with a slot (and a credit if it needs one)
     /// reserved for it; the continuation must issue the operation at once.
@@ -456,11 +333,14 @@ private:
     [[gnu::always_inline]] bool can_issue(bool needs_credit) const noexcept {
         return free_slots() > 1 && (!needs_credit || _credits.free_credits() > 0);
     }
-    /// Why a transfer of `len` bytes at `offset` of `rr` cannot start (null: it can).
-    std::exception_ptr check_transfer(const char* op, uint64_t len, const remote_region& rr,
-                                      uint64_t offset) const;
-    /// Why an atomic at `offset` of `rr` cannot start (null: it can).
-    std::exception_ptr check_atomic(const char* op, const remote_region& rr, uint64_t offset) const;
+    /// Why an operation `what` on `length` bytes at `offset` of `rr` cannot start (null: it
+    /// can): a closed connection, bytes outside the remote region, a misaligned atomic.
+    std::exception_ptr check(one_sided_op::kind what, uint64_t length, remote_region rr,
+                             uint64_t offset) const;
+    /// `check` of `op`.
+    std::exception_ptr check(const one_sided_op& op) const {
+        return check(op.what, op.length(), op.remote, op.offset);
+    }
     /// Calls `issue` now, or at the operation's turn (see `wait_turn`).
     template <typename T, typename Issue>
     future<T> start_op(bool needs_credit, Issue issue);
@@ -468,22 +348,18 @@ private:
     /// `rdma::connection`); an operation still queued then is never posted.
     template <typename T, typename Issue>
     future<T> start_abortable(abort_source& as, bool needs_credit, Issue issue);
-    send_slot& prepare_one_sided(send_slot::op kind, const local_span& local, const remote_region& rr,
-                                 uint64_t offset) noexcept;
-    /// The READ or WRITE (`kind`) of `rdma::connection` whose outcome goes to `done`.
-    void start_notified(send_slot::op kind, local_span local, const remote_region& rr, uint64_t offset,
-                        op_completion& done) noexcept;
+    /// A slot filled with `op` (signaled, its span's memory held, a WRITE_WITH_IMM's credit
+    /// used), not yet appended; an atomic's result word is the slot's in `_atomics`.
+    send_slot& prepare(const one_sided_op& op) noexcept;
+    /// Posts `op` now (its turn has come and a slot, and credit, is free); `T` as for `start`.
+    template <typename T>
+    future<T> issue(const one_sided_op& op);
+    /// The `op_completion` form of `op` when it must wait for its turn: through the future path.
+    void start_behind(one_sided_op op, op_completion& done) noexcept;
     /// Hands `f`'s outcome to `done` when it is ready (an operation that waited for its turn).
     static void complete_when_ready(future<> f, op_completion& done) noexcept;
+    /// Where the atomic of slot `s` writes the previous value.
     uint64_t* atomic_result(const send_slot& s) noexcept;
-    // Post one operation now (its turn has come and a slot, and credit, is free).
-    future<> issue_read(const local_span& dst, const remote_region& src, uint64_t offset);
-    future<> issue_write(const local_span& src, const remote_region& dst, uint64_t offset);
-    future<> issue_write_with_imm(const local_span& src, const remote_region& dst, uint64_t offset,
-                                  uint32_t imm);
-    future<uint64_t> issue_fetch_add(const remote_region& dst, uint64_t offset, uint64_t add);
-    future<uint64_t> issue_compare_swap(const remote_region& dst, uint64_t offset, uint64_t expected,
-                                        uint64_t desired);
     future<> issue_bind_window(const std::shared_ptr<window_state>& st, const ibv_mr* mr, access a);
     future<> issue_invalidate_window(const std::shared_ptr<window_state>& st);
     /// Start of both: a signaled slot of `kind` (no scatter-gather) holding window `st`.
@@ -556,26 +432,13 @@ private:
     timer<> _close_timer;
     bool _close_after_fin = false;
 
-    // send ring: slots [_tail, _posted) are posted, [_posted, _head) wait for post_pending
-    unsigned _depth;
     ibv_cq* _cq = nullptr;                // the shard CQ (of several) its sends and receives complete on
     bool _fail_receivers_at_reap = false; // closed inside a dispatch: completions may still follow
-    std::unique_ptr<send_slot[]> _slots;
-    uint64_t _head = 0;
-    uint64_t _posted = 0;
-    uint64_t _tail = 0;
-    unsigned _unsignaled_run = 0;
     uint32_t _max_inline = 0;
     uint32_t _max_sge = 1; // scatter-gather entries per send (≤ max_send_gather, the device's)
-    /// One-sided operations waiting for their turn, in call order.
-    struct space_waiter {
-        promise<> pr;
-        bool needs_credit;
-    };
-    std::deque<space_waiter> _space_waiters;
-    unsigned _reserved_slots = 0; // woken waiters that have not issued yet
-    unsigned _turns_ready = 0;    // of which passed wait_turn and issue in their next task
-    buffer _atomics;              // 8 bytes per slot for atomic results
+    // the send queue's slots, and the one-sided operations waiting for their turn
+    send_ring _ring;
+    buffer _atomics; // 8 bytes per slot for atomic results
 
     // flow control: what we may send, what the peer may send (receives reserved in the SRQ
     // for it), and which of the woken one-sided operations hold a credit
@@ -624,4 +487,9 @@ private:
 };
 
 } // namespace internal
+
+inline internal::connection_impl& connection::impl() const noexcept {
+    return _ref->impl();
+}
+
 } // namespace shoal::net::rdma

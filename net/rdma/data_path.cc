@@ -1,6 +1,6 @@
 // The data path of a connection: the send ring with selective signaling and batched posting,
 // send completions, receives from the shard's SRQ, and credit-based flow control.
-#include "net/rdma/queue_pair.hh"
+#include "net/rdma/connection_impl.hh"
 
 #include "core/log.hh"
 #include "net/rdma/context.hh"
@@ -86,45 +86,43 @@ void connection_impl::post_pending() noexcept {
         return;
     }
     maybe_queue_ctrl();
-    if (_posted == _head) {
+    if (_ring.unposted() == 0) {
         _dirty = false;
         return;
     }
     // The last request of the batch is signaled when it holds memory, so that memory comes back
     // soon; otherwise unsignaled requests are retired by the next signaled one.
-    send_slot& last = _slots[(_head - 1) % _depth];
+    send_slot& last = _ring.at(_ring.head() - 1);
     bool holds = !(last.wr.send_flags & IBV_SEND_INLINE) && (last.copy || last.held);
     if (!last.signaled && holds) {
-        last.signaled = true;
-        last.wr.send_flags |= IBV_SEND_SIGNALED;
-        _unsignaled_run = 0;
+        _ring.signal(last);
     }
-    unsigned n = unsigned(_head - _posted);
+    unsigned n = _ring.unposted();
     ibv_send_wr* bad = nullptr;
     int rc = 0;
     if (faults().armed()) [[unlikely]] {
         rc = inject_post_faults(bad);
     }
     if (rc == 0) {
-        rc = ibv_post_send(_qp, &_slots[_posted % _depth].wr, &bad);
+        rc = ibv_post_send(_qp, &_ring.at(_ring.posted()).wr, &bad);
     }
     _ctx->count_post(n);
-    uint64_t end = _head;
+    uint64_t end = _ring.head();
     if (rc != 0) {
-        end = _posted;
-        while (end < _head && &_slots[end % _depth].wr != bad) {
+        end = _ring.posted();
+        while (end < _ring.head() && &_ring.at(end).wr != bad) {
             ++end;
         }
     }
-    for (uint64_t seq = _posted; seq < end; ++seq) {
-        send_slot& s = _slots[seq % _depth];
+    for (uint64_t seq = _ring.posted(); seq < end; ++seq) {
+        send_slot& s = _ring.at(seq);
         if (s.wr.send_flags & IBV_SEND_INLINE) {
             s.held.reset(); // inline data was copied into the request
             s.copy.reset();
         }
         ++(s.signaled ? _stats.signaled : _stats.unsignaled);
     }
-    _posted = end;
+    _ring.set_posted(end);
     _dirty = false;
     if (rc != 0) {
         close(std::make_exception_ptr(connection_closed(
@@ -139,17 +137,15 @@ int connection_impl::inject_post_faults(ibv_send_wr*& bad) noexcept {
         ibv_modify_qp(_qp, &attr, IBV_QP_STATE); // the batch is posted and flushed with errors
     }
     if (faults().hit(fault::post_send_fails)) {
-        bad = &_slots[_posted % _depth].wr; // nothing of the batch was posted
+        bad = &_ring.at(_ring.posted()).wr; // nothing of the batch was posted
         return EIO;
     }
     return 0;
 }
 
 void connection_impl::fail_unposted() noexcept {
-    while (_head > _posted) {
-        --_head;
-        send_slot& s = _slots[_head % _depth];
-        finish_slot(s, IBV_WC_WR_FLUSH_ERR, nullptr);
+    while (send_slot* s = _ring.unlink_newest()) {
+        finish_slot(*s, IBV_WC_WR_FLUSH_ERR, nullptr);
     }
 }
 
@@ -251,10 +247,8 @@ void connection_impl::finish_slot(send_slot& s, ibv_wc_status status, const ibv_
         // which then keeps this reason rather than a plain "closed".
         _error = failure;
     }
-    while (_tail <= target && _tail < _posted) {
-        send_slot& t = _slots[_tail % _depth];
-        ++_tail;
-        retire_slot(t, &t == &s ? wc.status : IBV_WC_SUCCESS);
+    while (send_slot* t = _ring.retire_up_to(target)) {
+        retire_slot(*t, t == &s ? wc.status : IBV_WC_SUCCESS);
     }
     if (failure && _state != state::closing && _state != state::closed) {
         qp_log.debug("connection to {}: {}", _peer_addr.to_string(), ibv_wc_status_str(wc.status));
@@ -275,7 +269,7 @@ void connection_impl::serve_waiting_senders() noexcept {
     // Fair between the stream and queued one-sided operations: the first queued operation gets
     // its turn before the stream takes what it can (else a busy stream took every credit and a
     // queued WRITE_WITH_IMM waited for as long as the stream had bytes), then the rest.
-    if (!_space_waiters.empty()) {
+    if (_ring.has_waiters()) {
         wake_space_waiters(1);
     }
     transmit();
@@ -474,12 +468,12 @@ bool connection_impl::give_back_idle_credits() noexcept {
     if (_credits.take_sent_since_sweep()) {
         return true; // not quiet yet
     }
-    if (_credits.reserved_credits() || !_space_waiters.empty() || !tx_empty() || free_slots() <= 1) {
+    if (_credits.reserved_credits() || _ring.has_waiters() || !tx_empty() || free_slots() <= 1) {
         return true; // busy after all: later
     }
     // The message itself uses one of the credits handed back; bits 23-0 carry the others.
     const uint32_t k = _credits.give_back(keep, max_imm_credits);
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = send_slot::op::ctrl;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
     s.wr.num_sge = 0;
@@ -538,7 +532,7 @@ void connection_impl::queue_ctrl() noexcept {
         _ctx->post_next_round(this);
         return;
     }
-    send_slot& s = next_slot();
+    send_slot& s = _ring.next_slot();
     s.kind = send_slot::op::ctrl;
     s.wr.opcode = IBV_WR_SEND_WITH_IMM;
     s.wr.num_sge = 0;
@@ -551,9 +545,8 @@ void connection_impl::queue_ctrl() noexcept {
 }
 
 future<> connection_impl::wait_turn(bool needs_credit) {
-    _space_waiters.push_back(space_waiter{promise<>(), needs_credit});
     // The continuation holds the connection: it may run after everybody else dropped it.
-    return _space_waiters.back().pr.get_future().then([this, hold = make_ref(), needs_credit] {
+    return _ring.queue_waiter(needs_credit).then([this, hold = make_ref(), needs_credit] {
         if (!usable()) {
             release_turn(needs_credit);
             return make_exception_future<>(_error ? _error : closed_error());
@@ -561,22 +554,21 @@ future<> connection_impl::wait_turn(bool needs_credit) {
         // The reservation made when this waiter was woken stays until the operation takes its
         // slot (prepare_one_sided): it is issued by the next continuation, a separate task, and
         // the stream must not take the slot or credit in between.
-        ++_turns_ready;
+        _ring.turn_ready();
         return make_ready_future<>();
     });
 }
 
 void connection_impl::take_turn(bool needs_credit) noexcept {
-    if (_turns_ready > 0) {
+    if (_ring.take_ready_turn()) {
         // A queued operation whose turn came (turns are taken in call order): its reserved
         // slot (and credit) become the ones it uses now.
-        --_turns_ready;
         release_turn(needs_credit);
     }
 }
 
 void connection_impl::release_turn(bool needs_credit) noexcept {
-    --_reserved_slots;
+    _ring.unreserve_slot();
     if (needs_credit) {
         _credits.unreserve_credit();
     }
@@ -585,21 +577,19 @@ void connection_impl::release_turn(bool needs_credit) noexcept {
 void connection_impl::wake_space_waiters(unsigned max) noexcept {
     // In call order: a waiter that cannot go yet holds back everyone behind it. Each one woken
     // gets its slot (and credit) reserved, so nothing else takes them before its task runs.
-    for (unsigned woken = 0; !_space_waiters.empty() && woken < max; ++woken) {
-        space_waiter& w = _space_waiters.front();
+    for (unsigned woken = 0; _ring.has_waiters() && woken < max; ++woken) {
         if (usable()) {
-            if (!can_issue(w.needs_credit)) {
+            const bool needs_credit = _ring.first_needs_credit();
+            if (!can_issue(needs_credit)) {
                 break;
             }
-            ++_reserved_slots;
-            if (w.needs_credit) {
+            if (needs_credit) {
                 _credits.reserve_credit();
             }
-            w.pr.set_value();
+            _ring.wake_first();
         } else {
-            w.pr.set_exception(_error ? _error : closed_error());
+            _ring.fail_first(_error ? _error : closed_error());
         }
-        _space_waiters.pop_front();
     }
 }
 
