@@ -2,6 +2,7 @@
 #include "core/condition_variable.hh"
 #include "core/future_util.hh"
 #include "core/timer.hh"
+#include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
 
@@ -16,16 +17,10 @@ using namespace shoal;
 using namespace std::chrono_literals;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
+using shoal::testing::run_queued_tasks;
 using shoal::testing::test_error;
 
 namespace {
-
-/// Lets the reactor run the tasks queued so far, a few rounds deep.
-future<> run_queued_tasks() {
-    for (int i = 0; i < 3; ++i) {
-        co_await yield();
-    }
-}
 
 /// The message the future failed with, once it resolves.
 future<std::string> failure_message(future<> f) {
