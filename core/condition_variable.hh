@@ -2,8 +2,8 @@
 
 #include "core/abort_source.hh"
 #include "core/clock.hh"
+#include "core/deadline_waiter.hh"
 #include "core/future.hh"
-#include "core/reactor.hh"
 #include "core/small_pool.hh"
 
 #include <cstddef>
@@ -63,7 +63,7 @@ public:
             return make_exception_future<>(_ex);
         }
         auto* w = new waiter(*this);
-        w->arm(deadline);
+        w->arm_deadline(deadline);
         return enqueue(w);
     }
     /// Like `wait()`, but fails with `condition_variable_timed_out` after `timeout`.
@@ -141,17 +141,11 @@ public:
 private:
     /// One pending wait: the promise of its future, its place in the queue, and optionally its
     /// deadline (the waiter is itself the timer) and its abort subscription.
-    struct waiter final : timer_base {
+    struct waiter final : internal::deadline_waiter {
         SHOAL_SMALL_POOL_ALLOCATED
         explicit waiter(condition_variable& c) noexcept
             : cv(&c) {}
-        void arm(steady_clock_type::time_point deadline) {
-            _expiry = deadline;
-            local_reactor().add_timer(this);
-            timed = true;
-        }
-        void expire() noexcept override {
-            timed = false; // the reactor already took the timer off its heap
+        void deadline_passed() noexcept override {
             cv->finish(this, std::make_exception_ptr(condition_variable_timed_out()));
         }
 
@@ -159,7 +153,6 @@ private:
         promise<> pr;
         waiter* prev = nullptr;
         waiter* next = nullptr;
-        bool timed = false;
         abort_source::subscription on_abort;
     };
 
@@ -176,9 +169,7 @@ private:
         (w->prev ? w->prev->next : _head) = w->next;
         (w->next ? w->next->prev : _tail) = w->prev;
         --_count;
-        if (w->timed) {
-            local_reactor().del_timer(w);
-        }
+        w->disarm_deadline();
         if (ex) {
             w->pr.set_exception(ex);
         } else {
