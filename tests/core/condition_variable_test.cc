@@ -2,6 +2,7 @@
 #include "core/condition_variable.hh"
 #include "core/future_util.hh"
 #include "core/timer.hh"
+#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
@@ -15,19 +16,11 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
+using shoal::testing::failure_message;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
 using shoal::testing::run_queued_tasks;
 using shoal::testing::test_error;
-
-namespace {
-
-/// The message the future failed with, once it resolves.
-future<std::string> failure_message(future<> f) {
-    return std::move(f).then_wrapped([](future<> r) { return failure_of(r); });
-}
-
-} // namespace
 
 TEST(condition_variable, signal_wakes_the_oldest_waiter) {
     EXPECT_EQ(run_in_shard([]() -> future<> {

@@ -1,6 +1,7 @@
 // max_concurrent_for_each: the bound on calls in flight, order, failures stopping the walk.
 #include "core/max_concurrent_for_each.hh"
 #include "core/timer.hh"
+#include "failure_message.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
 
@@ -12,6 +13,7 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
+using shoal::testing::failure_message;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
 using shoal::testing::test_error;
@@ -69,7 +71,7 @@ TEST(max_concurrent_for_each, a_failure_stops_the_walk_and_waits_for_the_calls_i
                           throw test_error(i == 4 ? "first failure" : "second failure");
                       }
                   });
-                  auto message = co_await std::move(f).then_wrapped([](future<> r) { return failure_of(r); });
+                  auto message = co_await failure_message(std::move(f));
                   EXPECT_EQ(message, "first failure");
                   EXPECT_EQ(finished, started); // nothing left running
                   EXPECT_LT(started, 20);       // the walk stopped
@@ -80,7 +82,7 @@ TEST(max_concurrent_for_each, a_failure_stops_the_walk_and_waits_for_the_calls_i
                           throw test_error("thrown by the call");
                       }
                   });
-                  message = co_await std::move(sync).then_wrapped([](future<> r) { return failure_of(r); });
+                  message = co_await failure_message(std::move(sync));
                   EXPECT_EQ(message, "thrown by the call");
               }),
               0);

@@ -2,6 +2,7 @@
 // reader goes. `shoal::pipe` is spelled out: the POSIX `pipe` function is in scope too.
 #include "core/future_util.hh"
 #include "core/pipe.hh"
+#include "failure_message.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
 
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::failure_message;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
 
@@ -55,8 +57,7 @@ TEST(pipe, the_reader_going_breaks_the_writer) {
                   co_await writer.write(1);
                   auto pending = writer.write(2);
                   { auto gone = std::move(p.reader); }
-                  auto failure =
-                      co_await std::move(pending).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto failure = co_await failure_message(std::move(pending));
                   EXPECT_EQ(failure, "broken pipe");
                   auto later = writer.write(3);
                   EXPECT_EQ(failure_of(later), "broken pipe");

@@ -1,6 +1,7 @@
 // queue: bounded push/pop, waiting producers and consumers in order, not_empty/not_full, abort.
 #include "core/future_util.hh"
 #include "core/queue.hh"
+#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 using namespace shoal;
+using shoal::testing::failure_message;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
 using shoal::testing::run_queued_tasks;
@@ -102,11 +104,9 @@ TEST(queue, abort_fails_waiters_and_later_operations) {
                   auto pop = consumers.pop_eventually();
                   auto ne = consumers.not_empty();
                   consumers.abort(std::make_exception_ptr(test_error("consumers gone")));
-                  auto pop_failure =
-                      co_await std::move(pop).then_wrapped([](future<int> f) { return failure_of(f); });
+                  auto pop_failure = co_await failure_message(std::move(pop));
                   EXPECT_EQ(pop_failure, "consumers gone");
-                  auto ne_failure =
-                      co_await std::move(ne).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto ne_failure = co_await failure_message(std::move(ne));
                   EXPECT_EQ(ne_failure, "consumers gone");
 
                   queue<int> producers(1);
@@ -117,11 +117,9 @@ TEST(queue, abort_fails_waiters_and_later_operations) {
                   producers.abort(std::make_exception_ptr(test_error("ignored"))); // the first counts
                   EXPECT_TRUE(producers.aborted());
                   EXPECT_TRUE(producers.empty()); // items dropped
-                  auto push_failure =
-                      co_await std::move(push).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto push_failure = co_await failure_message(std::move(push));
                   EXPECT_EQ(push_failure, "producers gone");
-                  auto nf_failure =
-                      co_await std::move(nf).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto nf_failure = co_await failure_message(std::move(nf));
                   EXPECT_EQ(nf_failure, "producers gone");
 
                   auto later_push = producers.push_eventually(3);
@@ -142,11 +140,9 @@ TEST(queue, destroying_it_breaks_its_waiters) {
                   auto pop = q->pop_eventually();
                   auto ne = q->not_empty();
                   q.reset();
-                  auto pop_failure =
-                      co_await std::move(pop).then_wrapped([](future<int> f) { return failure_of(f); });
+                  auto pop_failure = co_await failure_message(std::move(pop));
                   EXPECT_EQ(pop_failure, "queue broken");
-                  auto ne_failure =
-                      co_await std::move(ne).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto ne_failure = co_await failure_message(std::move(ne));
                   EXPECT_EQ(ne_failure, "queue broken");
               }),
               0);

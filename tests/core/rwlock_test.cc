@@ -3,6 +3,7 @@
 #include "core/future_util.hh"
 #include "core/rwlock.hh"
 #include "core/timer.hh"
+#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
@@ -16,6 +17,7 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
+using shoal::testing::failure_message;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
 using shoal::testing::run_queued_tasks;
@@ -66,14 +68,12 @@ TEST(rwlock, lock_with_a_deadline_or_an_abort_source) {
                   rwlock l;
                   co_await l.write_lock();
                   auto timed = l.for_read().lock(steady_clock_type::now() + 10ms);
-                  auto message =
-                      co_await std::move(timed).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto message = co_await failure_message(std::move(timed));
                   EXPECT_EQ(message, "semaphore wait timed out");
                   abort_source as;
                   auto abortable = l.for_write().lock(as);
                   as.request_abort_ex(test_error("gave up"));
-                  message =
-                      co_await std::move(abortable).then_wrapped([](future<> f) { return failure_of(f); });
+                  message = co_await failure_message(std::move(abortable));
                   EXPECT_EQ(message, "gave up");
                   l.write_unlock();
                   EXPECT_FALSE(l.locked()); // the failed waiters took nothing
@@ -99,29 +99,28 @@ TEST(rwlock, holders_release_on_destruction) {
 }
 
 TEST(rwlock, with_lock_releases_whatever_the_outcome) {
-    EXPECT_EQ(
-        run_in_shard([]() -> future<> {
-            rwlock l;
-            int value = co_await with_lock(l.for_read(), [&] {
-                EXPECT_FALSE(l.try_write_lock());
-                return sleep(1ms).then([] { return 5; });
-            });
-            EXPECT_EQ(value, 5);
-            EXPECT_FALSE(l.locked());
-            auto failed = with_lock(l.for_write(), []() -> future<> {
-                co_await sleep(1ms);
-                throw test_error("inside the lock");
-            });
-            auto message = co_await std::move(failed).then_wrapped([](future<> f) { return failure_of(f); });
-            EXPECT_EQ(message, "inside the lock");
-            EXPECT_FALSE(l.locked());
-            auto throws_at_once = with_lock(l.for_write(), []() -> int { throw test_error("at once"); });
-            message =
-                co_await std::move(throws_at_once).then_wrapped([](future<int> f) { return failure_of(f); });
-            EXPECT_EQ(message, "at once");
-            EXPECT_FALSE(l.locked());
-        }),
-        0);
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  rwlock l;
+                  int value = co_await with_lock(l.for_read(), [&] {
+                      EXPECT_FALSE(l.try_write_lock());
+                      return sleep(1ms).then([] { return 5; });
+                  });
+                  EXPECT_EQ(value, 5);
+                  EXPECT_FALSE(l.locked());
+                  auto failed = with_lock(l.for_write(), []() -> future<> {
+                      co_await sleep(1ms);
+                      throw test_error("inside the lock");
+                  });
+                  auto message = co_await failure_message(std::move(failed));
+                  EXPECT_EQ(message, "inside the lock");
+                  EXPECT_FALSE(l.locked());
+                  auto throws_at_once =
+                      with_lock(l.for_write(), []() -> int { throw test_error("at once"); });
+                  message = co_await failure_message(std::move(throws_at_once));
+                  EXPECT_EQ(message, "at once");
+                  EXPECT_FALSE(l.locked());
+              }),
+              0);
 }
 
 TEST(rwlock, writers_are_exclusive_under_load) {
@@ -152,8 +151,7 @@ TEST(rwlock, destroying_it_breaks_its_waiters) {
                   co_await l->write_lock();
                   auto waiting = l->read_lock();
                   l.reset();
-                  auto message =
-                      co_await std::move(waiting).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto message = co_await failure_message(std::move(waiting));
                   EXPECT_EQ(message, "semaphore broken");
               }),
               0);

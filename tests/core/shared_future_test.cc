@@ -2,6 +2,7 @@
 // copies sharing one result, and a source that outlives every handle.
 #include "core/shared_future.hh"
 #include "core/timer.hh"
+#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
@@ -15,6 +16,7 @@
 
 using namespace shoal;
 using namespace std::chrono_literals;
+using shoal::testing::failure_message;
 using shoal::testing::failure_of;
 using shoal::testing::run_in_shard;
 using shoal::testing::run_queued_tasks;
@@ -59,8 +61,7 @@ TEST(shared_future, every_waiter_gets_the_exception) {
                   }
                   p.set_exception(test_error("source failed"));
                   for (auto& w : waiters) {
-                      auto message =
-                          co_await std::move(w).then_wrapped([](future<int> f) { return failure_of(f); });
+                      auto message = co_await failure_message(std::move(w));
                       EXPECT_EQ(message, "source failed");
                   }
                   EXPECT_TRUE(sf.failed());
@@ -79,8 +80,7 @@ TEST(shared_future, a_waiter_deadline_fails_only_that_waiter) {
                   auto impatient = sf.get_future(10ms);
                   auto patient = sf.get_future(start + 10s);
                   auto plain = sf.get_future();
-                  auto message =
-                      co_await std::move(impatient).then_wrapped([](future<> f) { return failure_of(f); });
+                  auto message = co_await failure_message(std::move(impatient));
                   EXPECT_EQ(message, "timed out");
                   EXPECT_GE(steady_clock_type::now() - start, 10ms);
                   EXPECT_FALSE(patient.available());
@@ -129,8 +129,7 @@ TEST(shared_future, a_broken_source_fails_the_waiters) {
                   shared_future<int> sf(p->get_future());
                   auto w = sf.get_future(10s);
                   p.reset();
-                  auto message =
-                      co_await std::move(w).then_wrapped([](future<int> f) { return failure_of(f); });
+                  auto message = co_await failure_message(std::move(w));
                   EXPECT_EQ(message, "broken promise");
               }),
               0);
