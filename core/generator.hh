@@ -31,12 +31,12 @@ public:
             return generator(_handle);
         }
         std::suspend_always initial_suspend() noexcept { return {}; }
-        auto final_suspend() noexcept { return stop{}; }
+        auto final_suspend() noexcept { return pause{}; }
         template <typename U>
         auto yield_value(U&& value) noexcept {
             _running = false;
             _consumer.set_value(std::optional<T>(std::forward<U>(value)));
-            return stop{};
+            return pause{};
         }
         void return_void() noexcept {
             _running = false;
@@ -54,7 +54,7 @@ public:
         friend class generator;
         /// Suspends the body after a value or at its end; frees the frame instead if the
         /// generator was destroyed meanwhile.
-        struct stop {
+        struct pause {
             bool await_ready() const noexcept { return false; }
             void await_suspend(std::coroutine_handle<promise_type> h) noexcept {
                 if (h.promise()._detached) {
@@ -109,7 +109,8 @@ private:
     void release() noexcept {
         if (auto h = std::exchange(_h, nullptr)) {
             if (h.promise()._running) {
-                h.promise()._detached = true; // the body frees its frame at its next stop
+                h.promise()._detached =
+                    true; // the body frees its frame when it next suspends (a co_yield or its end)
             } else {
                 h.destroy();
             }

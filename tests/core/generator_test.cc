@@ -127,7 +127,7 @@ TEST(generator, destroyed_between_calls_or_while_one_is_pending) {
                       EXPECT_EQ(co_await gen(), "one");
                       pending = gen(); // the body sleeps
                   }
-                  EXPECT_EQ(live, 1); // still running: it frees itself at its next stop
+                  EXPECT_EQ(live, 1); // still running: it frees itself at its next co_yield
                   EXPECT_EQ(co_await std::move(pending), "two");
                   EXPECT_EQ(live, 0);
 
