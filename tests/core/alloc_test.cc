@@ -1,6 +1,8 @@
 // Allocation costs of futures, counted by replacing the global operator new in this binary only:
 // a `then` on a ready future allocates nothing; a `then` on a pending one allocates exactly one
-// continuation, also when its function returns a pending future (forwarded, not wrapped).
+// continuation, also when its function returns a pending future (forwarded, not wrapped); a
+// condition_variable wait that queues costs one pooled waiter.
+#include "core/condition_variable.hh"
 #include "core/future.hh"
 #include "core/future_util.hh"
 #include "core/reactor.hh"
@@ -10,6 +12,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -382,5 +385,39 @@ TEST(alloc, a_warm_pool_serves_cross_shard_messages_without_malloc) {
                                                     EXPECT_EQ(mallocs, 64);
                                                 }
                                             }),
+              0);
+}
+
+TEST(alloc, a_condition_variable_wait_costs_one_pooled_waiter) {
+    EXPECT_EQ(run_in_shard([]() -> future<> {
+                  co_await settle();
+                  condition_variable cv;
+                  abort_source as;
+                  long objects = -1;
+                  long mallocs = -1;
+                  // The first round fills the free list of the waiter's size and the reactor's
+                  // timer heap; the second one is counted.
+                  for (int round = 0; round < 2; ++round) {
+                      std::optional<counting> c;
+                      if (round == 1) {
+                          c.emplace();
+                      }
+                      auto timed = cv.wait(steady_clock_type::now() + std::chrono::seconds(10));
+                      auto abortable = cv.wait(as);
+                      cv.broadcast();
+                      co_await std::move(timed);
+                      co_await std::move(abortable);
+                      if (c) {
+                          objects = c->allocations();
+                          mallocs = c->mallocs();
+                      }
+                  }
+                  EXPECT_EQ(objects, 2); // one waiter each: promise, timer and subscription in one
+                  if (shoal::internal::small_pool::enabled) {
+                      EXPECT_EQ(mallocs, 0);
+                  } else {
+                      EXPECT_EQ(mallocs, 2);
+                  }
+              }),
               0);
 }
