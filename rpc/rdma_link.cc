@@ -8,7 +8,6 @@
 #include "core/reactor.hh"
 #include "core/smp.hh"
 #include "core/task.hh"
-#include "net/rdma/context.hh"
 #include "net/rdma/memory_pool.hh"
 #include "net/rdma/memory_region.hh"
 #include "net/rdma/registration_cache.hh"

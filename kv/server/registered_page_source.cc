@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <infiniband/verbs.h>
 #include <sys/mman.h>
 
 namespace shoal::kv {
@@ -31,6 +32,8 @@ registered_page_source::registered_page_source(ibv_pd* pd, size_t page_size, siz
         throw std::runtime_error("kv: cannot register " + std::to_string(_size) + " bytes of item memory (" +
                                  std::strerror(err) + "; check `ulimit -l`)");
     }
+    _rkey = _mr->rkey;
+    _lkey = _mr->lkey;
     net::rdma::internal::count_registration();
     _free.reserve(pages);
 }

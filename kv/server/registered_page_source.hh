@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <infiniband/verbs.h>
+struct ibv_mr; // <infiniband/verbs.h> stays out of kv's headers: the .cc calls verbs
+struct ibv_pd;
 
 namespace shoal::kv {
 
@@ -29,9 +30,9 @@ public:
     size_t page_size() const noexcept override { return _page_size; }
 
     /// The key remote readers use for every page.
-    uint32_t rkey() const noexcept { return _mr->rkey; }
+    uint32_t rkey() const noexcept { return _rkey; }
     /// The local key (for one-sided operations from this memory).
-    uint32_t lkey() const noexcept { return _mr->lkey; }
+    uint32_t lkey() const noexcept { return _lkey; }
     /// The registration (memory windows are bound on it).
     ibv_mr* mr() const noexcept { return _mr; }
     /// Start of the region.
@@ -49,6 +50,8 @@ private:
     size_t _size;
     char* _base = nullptr;
     ibv_mr* _mr = nullptr;
+    uint32_t _rkey = 0; // the registration's keys, kept here so the accessors need no verbs type
+    uint32_t _lkey = 0;
     size_t _carved = 0;
     std::vector<char*> _free;
 };

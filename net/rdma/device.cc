@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
 namespace shoal::net::rdma {
@@ -95,6 +96,29 @@ std::string type_name(uint32_t t) {
 }
 
 } // namespace
+
+struct internal::device_attributes {
+    ibv_gid gid{};
+    ibv_device_attr_ex attr{};
+    ibv_port_attr port_attr{};
+};
+
+device::device()
+    : _v(std::make_unique<internal::device_attributes>()) {}
+
+device::~device() = default;
+
+const ibv_gid& device::gid() const noexcept {
+    return _v->gid;
+}
+
+const ibv_device_attr_ex& device::attributes() const noexcept {
+    return _v->attr;
+}
+
+const ibv_port_attr& device::port_attributes() const noexcept {
+    return _v->port_attr;
+}
 
 std::vector<std::string> device_names() {
     int err = 0;
@@ -189,7 +213,7 @@ std::shared_ptr<const device> device::open(const device_options& opts) {
         }
     }
     d->_name = ibv_get_device_name(d->_ctx->device);
-    if (ibv_query_device_ex(d->_ctx, nullptr, &d->_attr) != 0) {
+    if (ibv_query_device_ex(d->_ctx, nullptr, &d->_v->attr) != 0) {
         throw device_error(internal::errno_text("ibv_query_device_ex(" + d->_name + ")", errno));
     }
     int port = port_from_cm > 0 ? port_from_cm : first_active_port(d->_ctx);
@@ -197,11 +221,11 @@ std::shared_ptr<const device> device::open(const device_options& opts) {
         throw device_error("RDMA device " + d->_name + " has no active port");
     }
     d->_port = uint8_t(port);
-    if (ibv_query_port(d->_ctx, d->_port, &d->_port_attr) != 0) {
+    if (ibv_query_port(d->_ctx, d->_port, &d->_v->port_attr) != 0) {
         throw device_error(
             internal::errno_text(fmt::format("ibv_query_port({} port {})", d->_name, port), errno));
     }
-    if (d->_port_attr.state != IBV_PORT_ACTIVE) {
+    if (d->_v->port_attr.state != IBV_PORT_ACTIVE) {
         throw device_error(fmt::format("port {} of RDMA device {} is not active", port, d->_name));
     }
     d->choose_gid(opts.gid_index, opts.address);
@@ -213,7 +237,7 @@ std::shared_ptr<const device> device::open(const device_options& opts) {
 }
 
 void device::choose_gid(int requested, const std::string& address) {
-    size_t max = size_t(_attr.orig_attr.phys_port_cnt) * std::max(1, _port_attr.gid_tbl_len);
+    size_t max = size_t(_v->attr.orig_attr.phys_port_cnt) * std::max(1, _v->port_attr.gid_tbl_len);
     std::vector<ibv_gid_entry> all(max);
     ssize_t got = ibv_query_gid_table(_ctx, all.data(), all.size(), 0);
     if (got < 0) {
@@ -245,7 +269,7 @@ void device::choose_gid(int requested, const std::string& address) {
                 fmt::format("GID index {} (--rdma-gid-index) is not valid on {} port {}; valid GIDs: {}",
                             requested, _name, _port, listing()));
         }
-    } else if (_port_attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
+    } else if (_v->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
         for (const auto& e : entries) {
             if (e.gid_type != IBV_GID_TYPE_ROCE_V2 || !ipv4_mapped(e.gid)) {
                 continue;
@@ -275,17 +299,17 @@ void device::choose_gid(int requested, const std::string& address) {
         }
     }
     _gid_index = int(chosen->gid_index);
-    _gid = chosen->gid;
+    _v->gid = chosen->gid;
     _gid_type = type_name(chosen->gid_type);
-    if (ipv4_mapped(_gid)) {
-        _ipv4 = ipv4_of(_gid);
+    if (ipv4_mapped(_v->gid)) {
+        _ipv4 = ipv4_of(_v->gid);
     }
 }
 
 void device::probe_capabilities() {
-    _caps.atomics = _attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
-    _caps.max_send_sge = uint32_t(std::max(1, _attr.orig_attr.max_sge));
-    _caps.memory_windows = (_attr.orig_attr.device_cap_flags &
+    _caps.atomics = _v->attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
+    _caps.max_send_sge = uint32_t(std::max(1, _v->attr.orig_attr.max_sge));
+    _caps.memory_windows = (_v->attr.orig_attr.device_cap_flags &
                             (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
 
     errno = 0;
@@ -340,17 +364,17 @@ void device::probe_capabilities() {
 }
 
 std::string device::gid_text() const {
-    return gid_string(_gid);
+    return gid_string(_v->gid);
 }
 
 std::string device::link_layer() const {
-    return _port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand";
+    return _v->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand";
 }
 
 std::string device::describe() const {
     return fmt::format(
         "{} port {} ({}, MTU {}), GID[{}] {} ({}), inline {} B, {} send SGEs, thread domain: {}", _name,
-        _port, link_layer(), 128 << _port_attr.active_mtu, _gid_index, gid_text(), _gid_type,
+        _port, link_layer(), 128 << _v->port_attr.active_mtu, _gid_index, gid_text(), _gid_type,
         _caps.max_inline_data, _caps.max_send_sge,
         _caps.thread_domain ? std::string("yes")
                             : fmt::format("no ({})", std::strerror(_caps.thread_domain_errno)));

@@ -5,9 +5,18 @@
 #include <string>
 #include <vector>
 
-#include <infiniband/verbs.h>
+// <infiniband/verbs.h> is included only by the .cc files that call verbs.
+struct ibv_context;
+struct ibv_device_attr_ex;
+struct ibv_port_attr;
+union ibv_gid;
 
 namespace shoal::net::rdma {
+
+namespace internal {
+/// The verbs attributes of a device (defined in device.cc, where their types are complete).
+struct device_attributes;
+} // namespace internal
 
 /// How to choose the RDMA device (command line: `--rdma-device`, `--rdma-address`,
 /// `--rdma-gid-index`).
@@ -56,7 +65,7 @@ public:
     /// Index of the chosen GID in the port's GID table.
     int gid_index() const noexcept { return _gid_index; }
     /// The chosen GID.
-    const ibv_gid& gid() const noexcept { return _gid; }
+    const ibv_gid& gid() const noexcept;
     /// The GID as text ("::ffff:10.10.0.1" or "fe80::...").
     std::string gid_text() const;
     /// The GID's type: "RoCEv2", "RoCEv1" or "IB".
@@ -67,9 +76,9 @@ public:
     /// "Ethernet" or "InfiniBand".
     std::string link_layer() const;
     /// The device's attributes (ibv_query_device_ex).
-    const ibv_device_attr_ex& attributes() const noexcept { return _attr; }
+    const ibv_device_attr_ex& attributes() const noexcept;
     /// The attributes of the port in use.
-    const ibv_port_attr& port_attributes() const noexcept { return _port_attr; }
+    const ibv_port_attr& port_attributes() const noexcept;
     /// What the device and provider support, probed at `open`.
     const device_capabilities& capabilities() const noexcept { return _caps; }
     /// One line for logs: name, port, link layer, MTU, GID, inline limit and thread domain
@@ -78,9 +87,10 @@ public:
 
     device(const device&) = delete;
     device& operator=(const device&) = delete;
+    ~device();
 
 private:
-    device() = default;
+    device();
     void choose_gid(int requested, const std::string& address);
     void probe_capabilities();
 
@@ -88,11 +98,9 @@ private:
     std::string _name;
     uint8_t _port = 1;
     int _gid_index = 0;
-    ibv_gid _gid{};
     std::string _gid_type;
     std::string _ipv4;
-    ibv_device_attr_ex _attr{};
-    ibv_port_attr _port_attr{};
+    std::unique_ptr<internal::device_attributes> _v; // the GID, device and port attributes
     device_capabilities _caps;
 };
 

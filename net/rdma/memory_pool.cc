@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <infiniband/verbs.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 

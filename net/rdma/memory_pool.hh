@@ -11,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include <infiniband/verbs.h>
+struct ibv_mr; // <infiniband/verbs.h>: only the .cc files that call verbs include it
+struct ibv_pd;
 
 namespace shoal::net::rdma {
 

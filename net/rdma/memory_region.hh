@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include <infiniband/verbs.h>
+struct ibv_mr; // <infiniband/verbs.h>: only the .cc files that call verbs include it
 
 namespace shoal::net::rdma {
 
@@ -114,13 +114,13 @@ public:
     ~memory_region() { deregister(); }
 
     /// Start of the registered memory.
-    char* data() const noexcept { return static_cast<char*>(_mr->addr); }
+    char* data() const noexcept;
     /// Registered length in bytes.
-    size_t size() const noexcept { return _mr->length; }
+    size_t size() const noexcept;
     /// The local key (what a local_span carries).
-    uint32_t lkey() const noexcept { return _mr->lkey; }
+    uint32_t lkey() const noexcept;
     /// The remote key a peer uses (works only for the rights granted).
-    uint32_t rkey() const noexcept { return _mr->rkey; }
+    uint32_t rkey() const noexcept;
     /// The verbs registration (memory windows are bound on it).
     ibv_mr* mr() const noexcept { return _mr; }
     /// True while registered.
@@ -128,9 +128,7 @@ public:
     /// `len` bytes at `offset`; throws std::out_of_range past the end.
     local_span span(size_t offset, size_t len) const;
     /// The whole region as peers address it.
-    remote_region remote() const noexcept {
-        return {reinterpret_cast<uintptr_t>(_mr->addr), _mr->rkey, _mr->length};
-    }
+    remote_region remote() const noexcept;
     /// Deregisters now: the keys stop working (remote accesses fail from then on).
     void deregister() noexcept;
 

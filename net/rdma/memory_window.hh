@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include <infiniband/verbs.h>
+struct ibv_mw; // <infiniband/verbs.h>: only the .cc files that call verbs include it
 
 namespace shoal::net::rdma {
 
