@@ -105,9 +105,6 @@ app::app(std::string name, std::string description)
     add_option("idle-poll-us", "microseconds an idle shard keeps polling before it sleeps", "200");
     add_option("task-quota", "tasks a shard runs between two polls", "256");
     add_option("task-quota-ms", "time a shard runs tasks before it polls (need_preempt); 0: no limit", "0.5");
-    add_option("blocked-reactor-notify-ms",
-               "report a task or poll that runs this long (CPU time) on a shard, with its backtrace; 0: off",
-               "25");
     add_option("log-level", "error, warn, info, debug or trace", "info");
     add_option("logger-log-level", "per-logger levels, e.g. reactor=debug,tcp=trace");
     add_flag("no-pin", "do not pin shards to CPUs");
@@ -231,7 +228,6 @@ void app::apply_common() {
         throw std::invalid_argument("--task-quota must be at least 1");
     }
     _smp.reactor.task_quota_time = parse_milliseconds("task-quota-ms", get("task-quota-ms"));
-    _smp.reactor.stall_threshold = std::chrono::milliseconds(parse_size(get("blocked-reactor-notify-ms")));
     logging::set_default_level(parse_log_level(get("log-level")));
     if (has("logger-log-level")) {
         logging::apply_levels(get("logger-log-level"));

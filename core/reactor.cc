@@ -1,7 +1,6 @@
 #include "core/reactor.hh"
 
 #include "core/log.hh"
-#include "core/stall_detector.hh"
 #include "core/timer.hh"
 
 #include <algorithm>
@@ -466,21 +465,7 @@ void reactor::sleep() {
     }
 }
 
-uint64_t reactor::stalls() const noexcept {
-    return _stall_detector ? _stall_detector->stalls() : 0;
-}
-
 void reactor::run() {
-    if (_cfg.stall_threshold.count() > 0) {
-        if (!_stall_detector) {
-            _stall_detector = std::make_unique<internal::stall_detector>();
-        }
-        try {
-            _stall_detector->arm(_stats, _shard_id, _cfg.stall_threshold);
-        } catch (...) {
-            reactor_log.warn("no stall detector on shard {}: {}", _shard_id, std::current_exception());
-        }
-    }
     auto idle_since = steady_clock_type::now();
     start_quota(idle_since);
     bool idle = false;
@@ -506,9 +491,6 @@ void reactor::run() {
             start_quota(lowres_clock::refresh());
             idle = false;
         }
-    }
-    if (_stall_detector) {
-        _stall_detector->disarm();
     }
     cancel_all_io();
 }

@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include <liburing.h>
@@ -64,10 +63,6 @@ struct reactor_config {
     /// kernel refuses the flag, the ring uses COOP_TASKRUN and a loop may enter twice (a submit,
     /// then a get_events for completions flagged meanwhile). See `reactor::defers_taskrun()`.
     bool defer_taskrun = true;
-    /// A task or poll that runs this long on the shard's CPU is a stall: counted
-    /// (`reactor::stalls()`) and reported on standard error with its backtrace, at most five
-    /// reports a minute per shard (core/stall_detector.hh). Zero: no stall detector.
-    std::chrono::milliseconds stall_threshold{25};
 };
 
 /// Counters a reactor keeps about itself; read them on the reactor's own shard.
@@ -92,9 +87,6 @@ struct reactor_stats {
 };
 
 class timer_base;
-namespace internal {
-class stall_detector;
-}
 
 /// One shard's event loop: runs tasks, polls io_uring completions, registered pollers and
 /// timers, and sleeps in io_uring when there is nothing to do. Everything it owns is touched
@@ -115,8 +107,6 @@ public:
     unsigned shard_id() const noexcept { return _shard_id; }
     const reactor_config& config() const noexcept { return _cfg; }
     const reactor_stats& stats() const noexcept { return _stats; }
-    /// Stalls the stall detector saw on this shard (see `reactor_config::stall_threshold`).
-    uint64_t stalls() const noexcept;
     /// True when the ring runs with IORING_SETUP_DEFER_TASKRUN (one kernel entry per loop);
     /// false when it was not asked for or the kernel refused it (the fallback).
     bool defers_taskrun() const noexcept { return _defer_taskrun; }
@@ -232,7 +222,6 @@ private:
     int _wake_fd = -1;
     wakeup_reader* _wakeup = nullptr;
     std::function<bool()> _pending_work_check;
-    std::unique_ptr<internal::stall_detector> _stall_detector; // armed while `run` runs
     alignas(64) std::atomic<bool> _sleeping{false};
 };
 

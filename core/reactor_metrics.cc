@@ -77,10 +77,6 @@ metrics::metric_group publish_reactor_metrics() {
     g.add_counter("shoal_io_uring_cq_dropped_total",
                   "Completions the kernel dropped for lack of CQ room (the ring's overflow counter).",
                   []() -> std::optional<double> { return double(local_reactor().cq_dropped()); });
-    g.add_counter("shoal_reactor_stalls_total",
-                  "Tasks or polls that ran longer than --blocked-reactor-notify-ms of CPU time (reported "
-                  "with a backtrace on standard error).",
-                  []() -> std::optional<double> { return double(local_reactor().stalls()); });
     publish_smp_metrics(g);
     return g;
 }
