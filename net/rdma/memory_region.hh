@@ -107,20 +107,24 @@ public:
     memory_region() noexcept = default;
     memory_region(memory_region&& o) noexcept
         : _mr(std::exchange(o._mr, nullptr))
-        , _shard(o._shard) {}
+        , _shard(o._shard)
+        , _data(o._data)
+        , _size(o._size)
+        , _lkey(o._lkey)
+        , _rkey(o._rkey) {}
     memory_region& operator=(memory_region&& o) noexcept;
     memory_region(const memory_region&) = delete;
     memory_region& operator=(const memory_region&) = delete;
     ~memory_region() { deregister(); }
 
     /// Start of the registered memory.
-    char* data() const noexcept;
+    char* data() const noexcept { return _data; }
     /// Registered length in bytes.
-    size_t size() const noexcept;
+    size_t size() const noexcept { return _size; }
     /// The local key (what a local_span carries).
-    uint32_t lkey() const noexcept;
+    uint32_t lkey() const noexcept { return _lkey; }
     /// The remote key a peer uses (works only for the rights granted).
-    uint32_t rkey() const noexcept;
+    uint32_t rkey() const noexcept { return _rkey; }
     /// The verbs registration (memory windows are bound on it).
     ibv_mr* mr() const noexcept { return _mr; }
     /// True while registered.
@@ -128,7 +132,7 @@ public:
     /// `len` bytes at `offset`; throws std::out_of_range past the end.
     local_span span(size_t offset, size_t len) const;
     /// The whole region as peers address it.
-    remote_region remote() const noexcept;
+    remote_region remote() const noexcept { return {reinterpret_cast<uintptr_t>(_data), _rkey, _size}; }
     /// Deregisters now: the keys stop working (remote accesses fail from then on).
     void deregister() noexcept;
 
@@ -136,6 +140,12 @@ private:
     friend memory_region register_memory(void* addr, size_t len, access a);
     ibv_mr* _mr = nullptr;
     unsigned _shard = 0;
+    // The registration's address, length and keys, copied from `_mr` when registered: the
+    // accessors stay inline without the verbs header.
+    char* _data = nullptr;
+    size_t _size = 0;
+    uint32_t _lkey = 0;
+    uint32_t _rkey = 0;
 };
 
 /// Registers [addr, addr + len) on the calling shard for local use and the remote access `a`.

@@ -40,6 +40,10 @@ memory_region& memory_region::operator=(memory_region&& o) noexcept {
         deregister();
         _mr = std::exchange(o._mr, nullptr);
         _shard = o._shard;
+        _data = o._data;
+        _size = o._size;
+        _lkey = o._lkey;
+        _rkey = o._rkey;
     }
     return *this;
 }
@@ -78,6 +82,10 @@ memory_region register_memory(void* addr, size_t len, access a) {
     memory_region r;
     r._mr = mr;
     r._shard = ctx.shard();
+    r._data = static_cast<char*>(mr->addr);
+    r._size = mr->length;
+    r._lkey = mr->lkey;
+    r._rkey = mr->rkey;
     return r;
 }
 

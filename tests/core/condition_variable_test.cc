@@ -2,7 +2,6 @@
 #include "core/condition_variable.hh"
 #include "core/future_util.hh"
 #include "core/timer.hh"
-#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"

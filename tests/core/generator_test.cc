@@ -2,7 +2,6 @@
 // the generator between calls or while one is pending.
 #include "core/generator.hh"
 #include "core/timer.hh"
-#include "failure_message.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
 

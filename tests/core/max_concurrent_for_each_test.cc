@@ -1,7 +1,6 @@
 // max_concurrent_for_each: the bound on calls in flight, order, failures stopping the walk.
 #include "core/max_concurrent_for_each.hh"
 #include "core/timer.hh"
-#include "failure_message.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
 

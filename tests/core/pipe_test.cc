@@ -2,7 +2,6 @@
 // reader goes. `shoal::pipe` is spelled out: the POSIX `pipe` function is in scope too.
 #include "core/future_util.hh"
 #include "core/pipe.hh"
-#include "failure_message.hh"
 #include "support/run.hh"
 #include "test_failures.hh"
 

@@ -1,7 +1,6 @@
 // queue: bounded push/pop, waiting producers and consumers in order, not_empty/not_full, abort.
 #include "core/future_util.hh"
 #include "core/queue.hh"
-#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"

@@ -3,7 +3,6 @@
 #include "core/future_util.hh"
 #include "core/rwlock.hh"
 #include "core/timer.hh"
-#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"

@@ -2,7 +2,6 @@
 // copies sharing one result, and a source that outlives every handle.
 #include "core/shared_future.hh"
 #include "core/timer.hh"
-#include "failure_message.hh"
 #include "queued_tasks.hh"
 #include "support/run.hh"
 #include "test_failures.hh"

@@ -8,6 +8,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -30,6 +31,13 @@ std::string failure_of(future<T>& f) {
         return e.what();
     }
     return "?";
+}
+
+/// Resolves, once `f` does, with the message of its exception (consuming it); records a test
+/// failure when `f` succeeds.
+template <typename T>
+future<std::string> failure_message(future<T> f) {
+    return std::move(f).then_wrapped([](future<T> r) { return failure_of(r); });
 }
 
 } // namespace shoal::testing
